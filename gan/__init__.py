@@ -1,0 +1,1 @@
+"""HamGAN workflow (SAGAN/BigGAN-style GANs with a kctx context block); see the GAN issue."""

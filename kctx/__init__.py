@@ -1,0 +1,7 @@
+"""kctx: global-context layers for Keras 3 that replace self-attention cheaply."""
+
+__version__ = "0.1.0"
+
+from kctx import layers, ops  # noqa: E402,F401
+
+__all__ = ["layers", "ops", "__version__"]

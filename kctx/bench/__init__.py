@@ -1,0 +1,1 @@
+"""Benchmarks that reproduce the papers' cost tables: ``python -m kctx.bench --help``."""

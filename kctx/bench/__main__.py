@@ -1,0 +1,32 @@
+"""``python -m kctx.bench <benchmark> [options]``: print a table, optionally write JSON."""
+
+import argparse
+import os
+import sys
+
+BENCHMARKS = {
+    "table3": (
+        "kctx.bench.table3",
+        "Hamburger paper, Table 3: params, MACs, memory and time of SA and the hams",
+    ),
+}
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = argparse.ArgumentParser(prog="python -m kctx.bench", description=__doc__)
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    import importlib
+
+    modules = {}
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        module = importlib.import_module(module_name)
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    modules[args.benchmark].main(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Argument and input checks shared by kctx layers.
+
+Every message names the argument and the value received.
+"""
+
+import keras
+
+
+def check_positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive integer{' or None' if allow_none else ''}. "
+            f"Received: {name}={value!r}"
+        )
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"Unknown `{name}`: expected one of {tuple(choices)}. Received: {name}={value!r}"
+        )
+
+
+def check_positive_float(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"`{name}` must be a positive number{' or None' if allow_none else ''}. "
+            f"Received: {name}={value!r}"
+        )
+
+
+def standardize_data_format(data_format):
+    """kctx layers are channels-last; anything else is an explicit error."""
+    resolved = data_format or keras.config.image_data_format()
+    if resolved != "channels_last":
+        raise ValueError(
+            "kctx layers expect channels-last inputs (batch, height, width, channels). "
+            f"Received: data_format={data_format!r} (resolved to {resolved!r}); "
+            "transpose channels-first tensors with keras.layers.Permute((2, 3, 1))."
+        )
+    return resolved
+
+
+def check_image_input(layer_name, input_shape):
+    """Rank-4 channels-last input with a known channel dimension."""
+    if len(input_shape) != 4:
+        raise ValueError(
+            f"{layer_name} expects a rank-4 input (batch, height, width, channels). "
+            f"Received: input_shape={tuple(input_shape)}"
+        )
+    if input_shape[-1] is None:
+        raise ValueError(
+            f"{layer_name} needs a known channel dimension. "
+            f"Received: input_shape={tuple(input_shape)}"
+        )
+    return int(input_shape[-1])

@@ -1,0 +1,359 @@
+"""Hamburger: lower bread → matrix-decomposition ham → upper bread (Geng et al. 2021)."""
+
+import keras
+from keras import ops
+
+from kctx.distribute import cross_replica_mean
+from kctx.layers._validation import (
+    check_choice,
+    check_image_input,
+    check_positive_float,
+    check_positive_int,
+    standardize_data_format,
+)
+from kctx.layers.context_block import register_context_block
+from kctx.ops.matrix_decomposition import METHODS, decompose, initial_bases
+
+INITS = ("random", "online", "fixed", "learned")
+
+# Default temperature per method: the official code fixes T = 1 for the NMF
+# code initialisation; for VQ/CD the paper recommends a low T and finds
+# T = 0.1 best (Appendix F, Table 9).
+DEFAULT_TEMPERATURE = {"nmf": 1.0, "vq": 0.1, "cd": 0.1}
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class Hamburger(keras.layers.Layer):
+    """Hamburger global-context block with an NMF, VQ or CD "ham".
+
+    Y = Z + BN(W_u · M(W_l · Z))  (Eq. 5–6): a 1×1 "lower bread" W_l maps the
+    C input channels to d = ``latent_dim`` (followed by ReLU for NMF, whose
+    input must be non-negative), the ham M factorises the H·W × d feature
+    matrix into a rank-r product D·C by K steps of an optimisation algorithm
+    (Alg. 1–3, see :func:`kctx.ops.matrix_decomposition`), a 1×1 "upper
+    bread" W_u maps d back to C, then batch normalisation and the skip
+    connection. With ``groups`` = S > 1 the d channels are split into S
+    independent d/S-channel decompositions (``MD_S`` of the official code).
+
+    Cost is O(n·d·r) per step instead of self-attention's O(n²·d). The upper
+    bread is applied to the factors, W_u·(D·C) = (W_u·D)·C, which gives the
+    same output without materialising the n × d reconstruction and saves one
+    n·d·C matmul (kctx's MAC count is therefore below the paper's Table 3).
+
+    The ham always computes in float32 (also under ``mixed_bfloat16`` /
+    ``mixed_float16``) and is cast back to the compute dtype. Gradients use the
+    one-step gradient of Sec. 2.3 unless ``one_step_gradient=False`` (BPTT).
+
+    Args:
+        rank: r, number of dictionary atoms (the paper uses d = 8r).
+        steps: K, optimisation steps in training (paper: 6).
+        eval_steps: K at inference; defaults to ``steps`` (the paper's advice,
+            Sec. 3.1).
+        method: ``"nmf"`` (default), ``"vq"`` or ``"cd"``.
+        latent_dim: d, channels of the ham; defaults to the input channels.
+        groups: S, number of independent decompositions over d/S channels.
+        init: dictionary initialisation (Appendix F, Table 8): ``"random"``
+            (new draw every call: Uniform(0, 1) for NMF, Gaussian for VQ/CD,
+            columns L2-normalised), ``"online"`` (non-trainable bases moved in
+            training toward the batch-mean solution by ``online_rate`` and
+            re-normalised, then used as the initialisation), ``"fixed"``
+            (non-trainable random constant) or ``"learned"`` (trainable
+            initial bases; they only receive gradient through the K steps, so
+            this needs ``one_step_gradient=False`` as in the paper).
+        temperature: T of the softmax; ``None`` picks 1.0 for NMF and 0.1 for
+            VQ/CD (Table 9).
+        beta: β of the CD closed form (Appendix B).
+        eps: guard of the multiplicative updates, relative to the largest
+            feature magnitude.
+        one_step_gradient: ``True`` for the one-step gradient, ``False`` for
+            back-propagation through all steps.
+        online_rate: η of the ``"online"`` update,
+            D ← normalize(D + η·(mean_batch(D*) − D)) (official ``ETA``: 0.9).
+        seed: int seed. With ``init="random"``, training draws a new
+            dictionary every call from a seeded stream, and inference uses one
+            fixed draw, so predictions are reproducible; without a seed,
+            inference also draws a new dictionary every call.
+        synchronized_batch_norm: all-reduce the batch statistics across
+            replicas (cross-replica BN, as HamGAN on TPU).
+        norm_momentum: momentum of the batch normalisation.
+        norm_epsilon: epsilon of the batch normalisation.
+        kernel_initializer: initializer of both breads.
+        kernel_regularizer: regularizer of both breads.
+        data_format: must resolve to ``"channels_last"``.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: (batch, height, width, channels) tensor; height and width may
+            be ``None``.
+        training: training mode (steps, batch-norm statistics, online update).
+
+    Example:
+
+    >>> inputs = keras.Input((None, None, 64))
+    >>> x = keras.layers.Conv2D(64, 3, padding="same")(inputs)
+    >>> x = Hamburger(rank=8, steps=6, method="nmf")(x)
+    >>> model = keras.Model(inputs, x)
+
+    Reference:
+        Geng, Guo, Chen, Li, Wei, Lin. "Is Attention Better Than Matrix
+        Decomposition?" ICLR 2021 — Eq. 5–7 (Hamburger), Alg. 1 (VQ),
+        Alg. 2 (NMF), Alg. 3 / Eq. 14 (CD), Eq. 13 (one-step gradient).
+    """
+
+    def __init__(
+        self,
+        rank=64,
+        steps=6,
+        eval_steps=None,
+        method="nmf",
+        latent_dim=None,
+        groups=1,
+        init="random",
+        temperature=None,
+        beta=0.1,
+        eps=1e-6,
+        one_step_gradient=True,
+        online_rate=0.9,
+        seed=None,
+        synchronized_batch_norm=False,
+        norm_momentum=0.99,
+        norm_epsilon=1e-3,
+        kernel_initializer="he_normal",
+        kernel_regularizer=None,
+        data_format=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("rank", rank)
+        check_positive_int("steps", steps)
+        check_positive_int("eval_steps", eval_steps, allow_none=True)
+        check_choice("method", method, METHODS)
+        check_positive_int("latent_dim", latent_dim, allow_none=True)
+        check_positive_int("groups", groups)
+        check_choice("init", init, INITS)
+        check_positive_float("temperature", temperature, allow_none=True)
+        if not (isinstance(beta, (int, float)) and beta >= 0):
+            raise ValueError(f"`beta` must be a number >= 0. Received: beta={beta!r}")
+        check_positive_float("eps", eps)
+        if not (isinstance(online_rate, (int, float)) and 0 < online_rate <= 1):
+            raise ValueError(
+                f"`online_rate` must be in (0, 1]. Received: online_rate={online_rate!r}"
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
+        if latent_dim is not None and latent_dim % groups:
+            raise ValueError(
+                "`latent_dim` must be divisible by `groups`. "
+                f"Received: latent_dim={latent_dim}, groups={groups}"
+            )
+        if init == "learned" and one_step_gradient:
+            raise ValueError(
+                "init='learned' trains the initial bases through the K optimisation "
+                "steps, which the one-step gradient cuts (Appendix F). Pass "
+                "one_step_gradient=False with it. Received: init='learned', "
+                "one_step_gradient=True"
+            )
+        self.rank = rank
+        self.steps = steps
+        self.eval_steps = eval_steps
+        self.method = method
+        self.latent_dim = latent_dim
+        self.groups = groups
+        self.init = init
+        self.temperature = temperature
+        self.beta = beta
+        self.eps = eps
+        self.one_step_gradient = one_step_gradient
+        self.online_rate = online_rate
+        self.seed = seed
+        self.synchronized_batch_norm = synchronized_batch_norm
+        self.norm_momentum = norm_momentum
+        self.norm_epsilon = norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.data_format = standardize_data_format(data_format)
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.norm = keras.layers.BatchNormalization(
+            axis=-1,
+            momentum=norm_momentum,
+            epsilon=norm_epsilon,
+            synchronized=synchronized_batch_norm,
+            dtype=self.dtype_policy,
+            name="norm",
+        )
+
+    @property
+    def resolved_temperature(self):
+        if self.temperature is None:
+            return DEFAULT_TEMPERATURE[self.method]
+        return self.temperature
+
+    def build(self, input_shape):
+        channels = check_image_input(type(self).__name__, input_shape)
+        latent_dim = self.latent_dim or channels
+        if latent_dim % self.groups:
+            raise ValueError(
+                "The latent dimension (input channels when `latent_dim` is None) must "
+                f"be divisible by `groups`. Received: latent_dim={latent_dim}, "
+                f"groups={self.groups}"
+            )
+        self._channels = channels
+        self._latent_dim = latent_dim
+        self._group_dim = latent_dim // self.groups
+        self.lower_bread_kernel = self.add_weight(
+            name="lower_bread_kernel",
+            shape=(channels, latent_dim),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        self.lower_bread_bias = self.add_weight(
+            name="lower_bread_bias", shape=(latent_dim,), initializer="zeros"
+        )
+        # No bias: the batch normalisation that follows has one (official code).
+        self.upper_bread_kernel = self.add_weight(
+            name="upper_bread_kernel",
+            shape=(latent_dim, channels),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        if self.init != "random":
+            self.bases = self.add_weight(
+                name="bases",
+                shape=(self.groups, self._group_dim, self.rank),
+                initializer=self._bases_initializer,
+                trainable=self.init == "learned",
+                autocast=False,
+                # Every replica computes the same update (the batch target is
+                # all-reduced), so the first replica's write is the value.
+                aggregation="only_first_replica" if self.init == "online" else "none",
+            )
+        self.norm.build(tuple(input_shape[:-1]) + (channels,))
+
+    def _bases_initializer(self, shape, dtype=None):
+        return initial_bases(self.method, shape, seed=self.seed, dtype=dtype or "float32")
+
+    def _initial_bases(self, batch_size, training):
+        group_shape = (self.groups, self._group_dim, self.rank)
+        if self.init == "random":
+            if training or self.seed is None:
+                shape = (batch_size * self.groups, self._group_dim, self.rank)
+                return initial_bases(self.method, shape, seed=self.seed_generator)
+            # One fixed draw for every sample: reproducible inference.
+            bases = initial_bases(self.method, group_shape, seed=self.seed)
+        else:
+            bases = ops.convert_to_tensor(self.bases)
+        bases = ops.broadcast_to(bases[None], (batch_size,) + group_shape)
+        return ops.reshape(bases, (batch_size * self.groups, self._group_dim, self.rank))
+
+    def _online_update(self, bases):
+        """D ← normalize(D + η (mean over the batch of D* − D)) along d.
+
+        The batch mean runs over the global batch (all replicas).
+        """
+        solved = ops.stop_gradient(bases)
+        solved = ops.reshape(solved, (-1, self.groups, self._group_dim, self.rank))
+        target = cross_replica_mean(ops.mean(solved, axis=0))
+        moved = self.bases + self.online_rate * (target - self.bases)
+        norm = ops.sqrt(ops.sum(ops.square(moved), axis=1, keepdims=True))
+        self.bases.assign(moved / ops.maximum(norm, 1e-12))
+
+    def call(self, inputs, training=None):
+        shape = ops.shape(inputs)
+        batch, height, width = shape[0], shape[1], shape[2]
+        positions = height * width
+        groups, group_dim = self.groups, self._group_dim
+
+        # Lower bread: 1×1 convolution C → d (a matmul over channels).
+        x = ops.matmul(inputs, self.lower_bread_kernel) + self.lower_bread_bias
+        if self.method == "nmf":
+            x = ops.relu(x)
+
+        # Ham in float32: (B, H, W, d) → (B·S, N, d/S).
+        x = ops.cast(x, "float32")
+        x = ops.reshape(x, (batch, positions, groups, group_dim))
+        if groups > 1:
+            x = ops.transpose(x, (0, 2, 1, 3))
+        x = ops.reshape(x, (batch * groups, positions, group_dim))
+        bases = self._initial_bases(batch, training)
+        bases, codes = decompose(
+            x,
+            bases,
+            method=self.method,
+            steps=self.steps if training else (self.eval_steps or self.steps),
+            temperature=self.resolved_temperature,
+            beta=self.beta,
+            eps=self.eps,
+            one_step_gradient=self.one_step_gradient,
+        )
+        if training and self.init == "online":
+            self._online_update(bases)
+
+        # Upper bread on the factors: X̄·W_u = C·(Dᵀ·W_u), per group.
+        compute_dtype = self.compute_dtype
+        bases = ops.reshape(ops.cast(bases, compute_dtype), (batch, groups, group_dim, self.rank))
+        codes = ops.reshape(ops.cast(codes, compute_dtype), (batch, groups, positions, self.rank))
+        kernel = ops.reshape(self.upper_bread_kernel, (groups, group_dim, self._channels))
+        projected_bases = ops.einsum("bsdr,sdc->bsrc", bases, kernel)
+        use_batch_statistics = training and self.norm.trainable
+        if not use_batch_statistics:
+            # Inference: fold the batch norm into the r×C projected bases, so
+            # it costs a bias add instead of passes over the feature map.
+            norm_scale, norm_shift = self._folded_norm()
+            projected_bases = projected_bases * norm_scale
+        if groups == 1:
+            y = ops.matmul(codes[:, 0], projected_bases[:, 0])
+        else:
+            y = ops.einsum("bsnr,bsrc->bnc", codes, projected_bases)
+        if not use_batch_statistics:
+            return inputs + ops.reshape(y + norm_shift, (batch, height, width, self._channels))
+        y = ops.reshape(y, (batch, height, width, self._channels))
+        return inputs + self.norm(y, training=training)
+
+    def _folded_norm(self):
+        """BN(y) = y·a + b with the moving statistics: a = γ/√(σ²+ε), b = β − μ·a."""
+        norm = self.norm
+        scale = norm.gamma * ops.rsqrt(norm.moving_variance + norm.epsilon)
+        shift = norm.beta - norm.moving_mean * scale
+        return ops.cast(scale, self.compute_dtype), ops.cast(shift, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "rank": self.rank,
+                "steps": self.steps,
+                "eval_steps": self.eval_steps,
+                "method": self.method,
+                "latent_dim": self.latent_dim,
+                "groups": self.groups,
+                "init": self.init,
+                "temperature": self.temperature,
+                "beta": self.beta,
+                "eps": self.eps,
+                "one_step_gradient": self.one_step_gradient,
+                "online_rate": self.online_rate,
+                "seed": self.seed,
+                "synchronized_batch_norm": self.synchronized_batch_norm,
+                "norm_momentum": self.norm_momentum,
+                "norm_epsilon": self.norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "data_format": self.data_format,
+            }
+        )
+        return config
+
+
+def _ham(method):
+    def factory(**kwargs):
+        return Hamburger(method=method, **kwargs)
+
+    factory.__doc__ = f"Hamburger with the {method.upper()} ham (kwargs go to Hamburger)."
+    return factory
+
+
+for _method in METHODS:
+    register_context_block(f"ham_{_method}", _ham(_method))

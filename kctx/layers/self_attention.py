@@ -1,0 +1,160 @@
+"""Self-attention over the H·W positions (non-local / SAGAN style)."""
+
+import keras
+from keras import ops
+
+from kctx.layers._validation import (
+    check_image_input,
+    check_positive_int,
+    standardize_data_format,
+)
+from kctx.layers.context_block import register_context_block
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class SelfAttention2D(keras.layers.Layer):
+    """Dot-product self-attention over all positions of a feature map.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d) V  (Eq. 3 of Geng et al.; the
+    non-local block of Wang et al. and SAGAN's attention are this with
+    different widths and no scaling). Q = X W_q, K = X W_k, V = X W_v over the
+    N = H·W positions, the output projection W_o maps back to C channels and
+    enters the residual stream through a learnable scale γ initialised to 0
+    (SAGAN): Y = X + γ · (Attention(Q, K, V) W_o).
+
+    With ``key_dim = value_dim = C`` (the default) this is the "SA" row of the
+    paper's Table 3 (four full-width projections, 4C² parameters, O(N²C)
+    MACs). SAGAN uses ``key_dim=C // 8``, ``value_dim=C // 2``,
+    ``use_scale=False`` and ``pool_size=2`` (2×2 max-pooled keys and values).
+    Scores and softmax are computed in float32 under mixed precision.
+
+    Args:
+        key_dim: width of queries and keys; defaults to the input channels.
+        value_dim: width of values; defaults to the input channels.
+        pool_size: optional int or (int, int); max-pool keys and values with
+            this window and stride (SAGAN / BigGAN), reducing cost by its area.
+        use_scale: divide the scores by √key_dim (Eq. 3).
+        use_bias: add biases to the four projections.
+        kernel_initializer: initializer of the projections.
+        kernel_regularizer: regularizer of the projections.
+        data_format: must resolve to ``"channels_last"``.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: (batch, height, width, channels); height and width may be
+            ``None``.
+
+    Example:
+
+    >>> layer = SelfAttention2D(key_dim=8, value_dim=32)
+    >>> layer(keras.random.normal((2, 8, 8, 64))).shape
+    (2, 8, 8, 64)
+
+    Reference:
+        Vaswani et al., "Attention Is All You Need", 2017 (Eq. 3 of Geng et
+        al. 2021); Zhang et al., "Self-Attention Generative Adversarial
+        Networks", ICML 2019 (γ initialised to 0).
+    """
+
+    def __init__(
+        self,
+        key_dim=None,
+        value_dim=None,
+        pool_size=None,
+        use_scale=True,
+        use_bias=False,
+        kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        data_format=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("key_dim", key_dim, allow_none=True)
+        check_positive_int("value_dim", value_dim, allow_none=True)
+        if pool_size is not None:
+            pool = (pool_size, pool_size) if isinstance(pool_size, int) else tuple(pool_size)
+            if len(pool) != 2:
+                raise ValueError(
+                    f"`pool_size` must be an int or a pair of ints. Received: pool_size={pool_size!r}"
+                )
+            for p in pool:
+                check_positive_int("pool_size", p)
+            pool_size = pool
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.pool_size = pool_size
+        self.use_scale = use_scale
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.data_format = standardize_data_format(data_format)
+
+    def _projection(self, name, fan_in, fan_out):
+        kernel = self.add_weight(
+            name=f"{name}_kernel",
+            shape=(fan_in, fan_out),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+        )
+        bias = None
+        if self.use_bias:
+            bias = self.add_weight(name=f"{name}_bias", shape=(fan_out,), initializer="zeros")
+        return kernel, bias
+
+    def build(self, input_shape):
+        channels = check_image_input(type(self).__name__, input_shape)
+        self._channels = channels
+        self._key_dim = self.key_dim or channels
+        self._value_dim = self.value_dim or channels
+        self.query = self._projection("query", channels, self._key_dim)
+        self.key = self._projection("key", channels, self._key_dim)
+        self.value = self._projection("value", channels, self._value_dim)
+        self.output_projection = self._projection("output", self._value_dim, channels)
+        self.gamma = self.add_weight(name="gamma", shape=(), initializer="zeros")
+
+    @staticmethod
+    def _apply(x, projection):
+        kernel, bias = projection
+        y = ops.matmul(x, kernel)
+        return y if bias is None else y + bias
+
+    def call(self, inputs):
+        shape = ops.shape(inputs)
+        batch = shape[0]
+        kv_inputs = inputs
+        if self.pool_size is not None:
+            kv_inputs = ops.max_pool(inputs, self.pool_size, strides=self.pool_size, padding="valid")
+        query = ops.reshape(self._apply(inputs, self.query), (batch, -1, self._key_dim))
+        key = ops.reshape(self._apply(kv_inputs, self.key), (batch, -1, self._key_dim))
+        value = ops.reshape(self._apply(kv_inputs, self.value), (batch, -1, self._value_dim))
+        query = ops.cast(query, "float32")
+        if self.use_scale:
+            query = query * (1.0 / float(self._key_dim) ** 0.5)
+        scores = ops.einsum("bnk,bmk->bnm", query, ops.cast(key, "float32"))
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        attended = ops.einsum("bnm,bmv->bnv", weights, value)
+        out = self._apply(attended, self.output_projection)
+        out = ops.reshape(out, shape)
+        return inputs + self.gamma * out
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "pool_size": self.pool_size,
+                "use_scale": self.use_scale,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "data_format": self.data_format,
+            }
+        )
+        return config
+
+
+register_context_block("self_attention", lambda **kwargs: SelfAttention2D(**kwargs))

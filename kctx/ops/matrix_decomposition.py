@@ -1,0 +1,305 @@
+"""Matrix decompositions used as the "ham" of Hamburger.
+
+Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR 2021
+(`../shared/papers/hamburger_is_attention_better_than_matrix_decomposition.txt`).
+
+The paper arranges the n = H·W hyper-pixels as the columns of X ∈ R^{d×n} and
+factorises X ≈ X̄ = D·C with a dictionary D ∈ R^{d×r} and codes C ∈ R^{r×n}
+(Eq. 1, 7). kctx is channels-last, so here the data matrix is its transpose:
+``x`` has shape (B, N, d), the dictionary ``bases`` (B, d, r) and the codes
+``codes`` (B, N, r); the reconstruction is ``codes @ bases^T`` (B, N, d).
+
+Everything is written with ``keras.ops`` only (no weights), so it runs on every
+Keras backend. The loops are unrolled in Python (``steps`` is a static int),
+which keeps the graph XLA-friendly and lets a profiler count every matmul.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+METHODS = ("nmf", "vq", "cd")
+
+# Column-normalisation guard, as ``torch.nn.functional.normalize`` in the
+# official code (eps=1e-12 on the norm).
+_NORM_EPS = 1e-12
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
+        )
+
+
+def _check_method(method):
+    if method not in METHODS:
+        raise ValueError(
+            f"Unknown `method`: expected one of {METHODS}. Received: method={method!r}"
+        )
+
+
+def _check_shapes(x, bases):
+    if len(x.shape) != 3:
+        raise ValueError(
+            "`x` must have rank 3, (batch, positions N, channels d). "
+            f"Received: x.shape={tuple(x.shape)}"
+        )
+    if len(bases.shape) != 3:
+        raise ValueError(
+            "`bases` must have rank 3, (batch, channels d, rank r). "
+            f"Received: bases.shape={tuple(bases.shape)}"
+        )
+    d_x, d_b = x.shape[-1], bases.shape[1]
+    if d_x is not None and d_b is not None and d_x != d_b:
+        raise ValueError(
+            "`x` and `bases` must have the same number of channels d "
+            f"(x.shape[-1] == bases.shape[1]). Received: x.shape={tuple(x.shape)}, "
+            f"bases.shape={tuple(bases.shape)}"
+        )
+
+
+def _safe_scale(x, nonnegative=False):
+    """Per-matrix magnitude s = max|x| (1 where x is all zero), gradient-free.
+
+    Every ham is positively homogeneous of degree one in x (MU rules, cosine
+    similarities and the CD closed form all scale with x), so the iterations run
+    on x/s and the codes are scaled back by s. This keeps every intermediate
+    finite for any input magnitude (xᵀC is ~N·s² otherwise) without changing
+    the result beyond the meaning of ``eps``, which becomes relative to the
+    largest entry of x. ``nonnegative`` (NMF's contract) skips the abs pass.
+    """
+    s = ops.max(x, axis=(1, 2), keepdims=True)
+    if not nonnegative:
+        s = ops.maximum(s, -ops.min(x, axis=(1, 2), keepdims=True))
+    s = ops.where(s > 0, s, ops.ones_like(s))
+    return ops.stop_gradient(s)
+
+
+def _l2_normalize(t, axis):
+    squared = ops.sum(ops.square(t), axis=axis, keepdims=True)
+    return t * ops.rsqrt(ops.maximum(squared, _NORM_EPS**2))
+
+
+# ---------------------------------------------------------------------------
+# Non-negative matrix factorisation, multiplicative updates (Alg. 2).
+# ---------------------------------------------------------------------------
+
+
+def _nmf_codes_update(xd, codes, bases, eps):
+    """C ← C ⊙ (x·D) / (C·(DᵀD) + eps)   (Alg. 2, first line, transposed)."""
+    gram = ops.einsum("bdr,bdk->brk", bases, bases)
+    return codes * xd / (ops.matmul(codes, gram) + eps)
+
+
+def _nmf_bases_update(x_scaled_t_codes, codes, bases, eps):
+    """D ← D ⊙ (xᵀ·C) / (D·(CᵀC) + eps)   (Alg. 2, second line)."""
+    gram = ops.einsum("bnr,bnk->brk", codes, codes)
+    return bases * x_scaled_t_codes / (ops.matmul(bases, gram) + eps)
+
+
+def _nmf(x, bases, steps, temperature, eps, one_step_gradient):
+    scale = _safe_scale(x, nonnegative=True)
+    inv_scale = 1.0 / scale
+    # x·D of the *unscaled* input: C₀ = softmax(x·D / T) exactly as the
+    # official code; the same product is the numerator of the first C update.
+    xd = ops.einsum("bnd,bdr->bnr", x, bases)
+    codes = ops.softmax(xd / temperature, axis=-1)
+    xd = xd * inv_scale
+    # Iterate on C̃ = C / s and x̃ = x / s. x̃ is never materialised: 1/s is
+    # folded into the small d×r factors (x̃·D = x·(D/s), x̃ᵀ·C̃ = (xᵀ·C̃)/s).
+    for step in range(steps):
+        if step > 0:
+            xd = ops.einsum("bnd,bdr->bnr", x, bases * inv_scale)
+        codes = _nmf_codes_update(xd, codes, bases, eps)
+        xtc = ops.einsum("bnd,bnr->bdr", x, codes) * inv_scale
+        bases = _nmf_bases_update(xtc, codes, bases, eps)
+    if one_step_gradient:
+        codes = ops.stop_gradient(codes)
+        bases = ops.stop_gradient(bases)
+    # The final code update carries the gradient (Sec. 2.3, Eq. 13).
+    xd = ops.einsum("bnd,bdr->bnr", x, bases * inv_scale)
+    codes = _nmf_codes_update(xd, codes, bases, eps)
+    return bases, codes * scale
+
+
+# ---------------------------------------------------------------------------
+# Soft vector quantisation (Alg. 1) and soft concept decomposition (Alg. 3).
+# ---------------------------------------------------------------------------
+
+
+def _soft_assign(x_unit, bases, temperature):
+    """C ← softmax over r of cosine(x, D) / T."""
+    bases_unit = _l2_normalize(bases, axis=1)
+    cosine = ops.einsum("bnd,bdr->bnr", x_unit, bases_unit)
+    return ops.softmax(cosine / temperature, axis=-1)
+
+
+def _normalized_rows(x, scale):
+    return _l2_normalize(x / scale, axis=-1)
+
+
+def _vq(x, bases, steps, temperature, eps, one_step_gradient):
+    scale = _safe_scale(x)
+    x_unit = _normalized_rows(x, scale)
+    for _ in range(steps):
+        codes = _soft_assign(x_unit, bases, temperature)
+        # D ← X Cᵀ diag(C 1_n)⁻¹: the code-weighted mean of the positions.
+        codes_mean = codes / (ops.sum(codes, axis=1, keepdims=True) + eps)
+        bases = ops.einsum("bnd,bnr->bdr", x, codes_mean) / scale
+    if one_step_gradient:
+        bases = ops.stop_gradient(bases)
+    codes = _soft_assign(x_unit, bases, temperature)
+    return bases * scale, codes
+
+
+def _cd(x, bases, steps, temperature, beta, one_step_gradient):
+    scale = _safe_scale(x)
+    x_unit = _normalized_rows(x, scale)
+    for _ in range(steps):
+        codes = _soft_assign(x_unit, bases, temperature)
+        # D ← normalize(X Cᵀ): unit-norm concept vectors (spherical k-means).
+        bases = _l2_normalize(ops.einsum("bnd,bnr->bdr", x, codes) / scale, axis=1)
+    if one_step_gradient:
+        bases = ops.stop_gradient(bases)
+    # Closed form C = (DᵀD + βI)⁻¹ DᵀX (Appendix B), here C = x·D·(DᵀD + βI)⁻¹.
+    rank = ops.shape(bases)[-1]
+    gram = ops.einsum("bdr,bdk->brk", bases, bases)
+    gram = gram + beta * ops.eye(rank, dtype=gram.dtype)
+    codes = ops.matmul(ops.einsum("bnd,bdr->bnr", x, bases), ops.inv(gram))
+    return bases, codes
+
+
+def decompose(
+    x,
+    bases,
+    method="nmf",
+    steps=6,
+    temperature=1.0,
+    beta=0.1,
+    eps=1e-6,
+    one_step_gradient=True,
+):
+    """Factorise ``x ≈ codes @ bases^T`` and return ``(bases, codes)``.
+
+    Runs ``steps`` (K) iterations of the chosen optimisation algorithm from the
+    initial dictionary ``bases``, then — with ``one_step_gradient=True`` —
+    stops the gradient of D and C and recomputes the codes once with gradient
+    (Sec. 2.3, Eq. 13). See :func:`matrix_decomposition` for the algorithms.
+
+    Args:
+        x: float tensor (B, N, d). Must be non-negative for ``"nmf"``.
+        bases: initial dictionary D₀, float tensor (B, d, r).
+        method: ``"nmf"``, ``"vq"`` or ``"cd"``.
+        steps: K ≥ 1, number of iterations.
+        temperature: T of the softmax (C₀ for NMF, every code update of VQ/CD).
+        beta: β of the CD closed form.
+        eps: guard of the NMF multiplicative updates and the VQ code sums,
+            relative to the largest magnitude of ``x``.
+        one_step_gradient: ``False`` back-propagates through all K steps (BPTT).
+
+    Returns:
+        ``(bases, codes)``: D (B, d, r) and C (B, N, r).
+    """
+    _check_method(method)
+    _check_int("steps", steps, 1)
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}")
+    if not beta >= 0:
+        raise ValueError(f"`beta` must be >= 0. Received: beta={beta!r}")
+    x = ops.convert_to_tensor(x)
+    bases = ops.convert_to_tensor(bases)
+    _check_shapes(x, bases)
+    if method == "nmf":
+        return _nmf(x, bases, steps, temperature, eps, one_step_gradient)
+    if method == "vq":
+        return _vq(x, bases, steps, temperature, eps, one_step_gradient)
+    return _cd(x, bases, steps, temperature, beta, one_step_gradient)
+
+
+def matrix_decomposition(
+    x,
+    bases,
+    method="nmf",
+    steps=6,
+    temperature=1.0,
+    beta=0.1,
+    eps=1e-6,
+    one_step_gradient=True,
+):
+    """Low-rank reconstruction X̄ = D·C of ``x`` by a matrix decomposition.
+
+    The "ham" M of Hamburger (Eq. 7): ``M(X) = X̄ = DC``, in kctx's
+    channels-last orientation ``x ≈ codes @ bases^T``.
+
+    * ``"nmf"`` — non-negative matrix factorisation with multiplicative
+      updates (Alg. 2, Eq. 9), as in the official code: C₀ = softmax(x·D₀ / T),
+      then K times C ← C ⊙ (x·D) / (C·DᵀD + eps) followed by
+      D ← D ⊙ (xᵀ·C) / (D·CᵀC + eps). ``x`` must be non-negative.
+    * ``"vq"`` — soft vector quantisation (Alg. 1, Eq. 8): K times
+      C ← softmax_r(cosine(x, D) / T), D ← Xᵀ C diag(Cᵀ1)⁻¹; the output codes
+      are one more soft assignment.
+    * ``"cd"`` — soft concept decomposition (Alg. 3, Eq. 14–15): K times
+      C ← softmax_r(cosine(x, D) / T), D ← normalize(xᵀ C); then the ridge
+      closed form C = x·D·(DᵀD + βI)⁻¹.
+
+    With ``one_step_gradient=True`` (Sec. 2.3) the K iterations run without
+    gradient and only the final code update (the closed form for CD)
+    back-propagates to ``x``; ``False`` differentiates through every step
+    (BPTT), for ablations (Table 1).
+
+    Args:
+        x: float tensor (B, N, d).
+        bases: initial dictionary D₀, float tensor (B, d, r).
+        method: ``"nmf"``, ``"vq"`` or ``"cd"``.
+        steps: K, number of iterations (≥ 1).
+        temperature: softmax temperature T.
+        beta: ridge β of the CD closed form.
+        eps: guard of the multiplicative updates, relative to max|x|.
+        one_step_gradient: use the one-step gradient instead of BPTT.
+
+    Returns:
+        The reconstruction, a tensor of shape (B, N, d).
+
+    Example:
+
+    >>> x = keras.random.uniform((2, 64, 16))
+    >>> d0 = keras.random.uniform((2, 16, 4))
+    >>> matrix_decomposition(x, d0, method="nmf", steps=6).shape
+    (2, 64, 16)
+    """
+    bases, codes = decompose(
+        x,
+        bases,
+        method=method,
+        steps=steps,
+        temperature=temperature,
+        beta=beta,
+        eps=eps,
+        one_step_gradient=one_step_gradient,
+    )
+    return ops.einsum("bnr,bdr->bnd", codes, bases)
+
+
+def initial_bases(method, shape, seed=None, dtype="float32"):
+    """Random initial dictionary D₀ for ``method`` (Appendix F, Table 8).
+
+    Uniform(0, 1) for NMF and a standard Gaussian for VQ/CD, each column then
+    L2-normalised along d (as the official PyTorch code). ``shape`` is
+    (..., d, r). ``seed`` may be a ``keras.random.SeedGenerator`` (or None) for
+    a new draw on every call, or an int for one fixed draw that is identical on
+    every backend, device and compiler (drawn with NumPy; ``shape`` must then
+    be static).
+    """
+    _check_method(method)
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        rng = np.random.default_rng(int(seed))
+        shape = tuple(int(s) for s in shape)
+        raw = rng.uniform(size=shape) if method == "nmf" else rng.standard_normal(shape)
+        raw = raw / np.maximum(np.linalg.norm(raw, axis=-2, keepdims=True), _NORM_EPS)
+        return ops.convert_to_tensor(raw.astype(keras.backend.standardize_dtype(dtype)))
+    if method == "nmf":
+        bases = keras.random.uniform(shape, dtype=dtype, seed=seed)
+    else:
+        bases = keras.random.normal(shape, dtype=dtype, seed=seed)
+    return _l2_normalize(bases, axis=-2)

@@ -1,0 +1,262 @@
+"""Parameters, MACs, latency and peak memory of a layer at an input shape.
+
+Latency is the median over repeats of one inference call (``training=False``)
+and of one training step (forward with ``training=True`` plus the gradients
+with respect to the input and every trainable weight), each a traced
+``tf.function``. Peak memory is read from TensorFlow's CPU allocator
+(``tf.config.experimental.get_memory_info``, the CPU analogue of PyTorch's
+``max_memory_allocated`` that the papers report on GPU): the peak bytes held
+by tensors during one call, inputs and weights included (the oneDNN CPU
+allocator keeps no statistics for tensors under 256 KiB, so for tiny layers
+this is a lower bound; at benchmark sizes those are noise). Each profile runs in
+a fresh Python process (``isolate=True``) so that allocator pools, caches and
+other layers cannot leak into the numbers; where the allocator has no stats,
+the growth of the process's peak resident set is used instead.
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+
+_RESULT_MARKER = "KCTX_PROFILE_RESULT "
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def layer_from_spec(spec):
+    """A layer from a ``Layer``, a ``{"block": name, "kwargs": {...}}`` dict or a
+    serialized Keras object (``keras.saving.serialize_keras_object``)."""
+    if isinstance(spec, keras.layers.Layer):
+        return spec
+    if isinstance(spec, dict) and "block" in spec:
+        from kctx.layers import context_block
+
+        return context_block(spec["block"], **spec.get("kwargs", {}))
+    return keras.saving.deserialize_keras_object(spec)
+
+
+def count_params(layer):
+    """``(trainable, non_trainable)`` scalar counts of a built layer."""
+    trainable = sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+    non_trainable = sum(
+        int(np.prod(w.shape))
+        for w in layer.non_trainable_weights
+        if "seed_generator" not in w.path
+    )
+    return trainable, non_trainable
+
+
+def inference_function(layer, jit_compile=False):
+    tf = _tf()
+    return tf.function(lambda x: layer(x, training=False), jit_compile=jit_compile)
+
+
+def train_step_function(layer, jit_compile=False):
+    """Forward (training=True) and gradients w.r.t. the input and the weights,
+    for the loss ⟨y, g⟩ with a fixed random cotangent g."""
+    tf = _tf()
+
+    def step(x, cotangent):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * cotangent)
+        return tape.gradient(loss, [x] + list(layer.trainable_variables))
+
+    return tf.function(step, jit_compile=jit_compile)
+
+
+def _status_mb(key):
+    with open("/proc/self/status") as f:
+        match = re.search(rf"{key}:\s+(\d+)", f.read())
+    return int(match.group(1)) / 1024.0
+
+
+def measure_peak_memory(function, *args):
+    """Peak MB held while ``function(*args)`` runs (already traced and warmed up).
+
+    Returns ``(megabytes, source)`` with source ``"allocator"`` (TensorFlow CPU
+    allocator peak) or ``"rss"`` (growth of the peak resident set).
+    """
+    tf = _tf()
+    try:
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        function(*args)
+        peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+        return peak / 2**20, "allocator"
+    except ValueError:
+        pass
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    before = _status_mb("VmRSS")
+    function(*args)
+    return _status_mb("VmHWM") - before, "rss"
+
+
+def measure_latency(function, *args, repeats=10, warmup=2):
+    """Median and minimum wall time (ms) of ``function(*args)`` over ``repeats``."""
+    for _ in range(warmup):
+        function(*args)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function(*args)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), min(times)
+
+
+def _profile_here(spec, input_shape, modes, repeats, train_repeats, warmup, jit_compile, seed):
+    from kctx.profile.macs import count_macs
+
+    tf = _tf()
+    keras.utils.set_random_seed(seed)
+    layer = layer_from_spec(spec)
+    input_shape = tuple(int(d) for d in input_shape)
+    layer.build(input_shape)
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.standard_normal(input_shape).astype("float32"))
+    trainable, non_trainable = count_params(layer)
+    result = {
+        "layer": type(layer).__name__,
+        "input_shape": list(input_shape),
+        "params": trainable,
+        "non_trainable_params": non_trainable,
+        "jit_compile": bool(jit_compile),
+    }
+    if "infer" in modes:
+        result["macs"] = count_macs(lambda t: layer(t, training=False), input_shape)
+        infer = inference_function(layer, jit_compile)
+        infer(x)
+        result["infer_mem_mb"], result["memory_source"] = measure_peak_memory(infer, x)
+        result["infer_ms"], result["infer_ms_min"] = measure_latency(
+            infer, x, repeats=repeats, warmup=warmup
+        )
+    if "train" in modes:
+        out_shape = tuple(layer.compute_output_shape(input_shape))
+        cotangent = tf.constant(rng.standard_normal(out_shape).astype("float32"))
+        step = train_step_function(layer, jit_compile)
+        step_spec = (tf.TensorSpec(input_shape), tf.TensorSpec(out_shape))
+        from kctx.profile.macs import count_graph_macs
+
+        result["train_macs"] = count_graph_macs(step.get_concrete_function(*step_spec).graph)
+        step(x, cotangent)
+        result["train_mem_mb"], result["memory_source"] = measure_peak_memory(step, x, cotangent)
+        result["train_ms"], result["train_ms_min"] = measure_latency(
+            step, x, cotangent, repeats=train_repeats or repeats, warmup=warmup
+        )
+    return result
+
+
+def _spec_for_worker(spec):
+    if isinstance(spec, keras.layers.Layer):
+        return {"serialized": keras.saving.serialize_keras_object(spec),
+                "module": type(spec).__module__}
+    return {"serialized": spec, "module": None}
+
+
+def profile_layer(
+    layer,
+    input_shape,
+    modes=("infer", "train"),
+    repeats=10,
+    train_repeats=None,
+    warmup=2,
+    jit_compile=False,
+    isolate=True,
+    seed=0,
+    timeout=None,
+):
+    """Profile a layer at ``input_shape`` (batch included).
+
+    Args:
+        layer: a ``keras.layers.Layer`` (unbuilt or built: its config is used),
+            or a ``{"block": name, "kwargs": {...}}`` context-block spec.
+        input_shape: full static input shape, e.g. ``(1, 128, 128, 512)``.
+        modes: any of ``"infer"`` and ``"train"``.
+        repeats: timed repeats of an inference call (median reported).
+        train_repeats: timed repeats of a training step (default ``repeats``).
+        warmup: untimed calls after tracing.
+        jit_compile: compile the functions with XLA.
+        isolate: run in a fresh Python process (needed for a peak memory that
+            is not polluted by earlier work; the layer must be serializable
+            and its class importable).
+        seed: seed of weights and inputs.
+        timeout: seconds before the isolated process is killed.
+
+    Returns:
+        A dict with ``params``, ``non_trainable_params``, ``macs``,
+        ``train_macs``, ``infer_ms``, ``train_ms`` (medians), ``*_ms_min``,
+        ``infer_mem_mb``, ``train_mem_mb`` and ``memory_source``.
+    """
+    modes = tuple(modes)
+    unknown = set(modes) - {"infer", "train"}
+    if unknown:
+        raise ValueError(f"`modes` must be among ('infer', 'train'). Received: modes={modes!r}")
+    if not isolate:
+        spec = layer if not isinstance(layer, keras.layers.Layer) else layer.__class__.from_config(
+            layer.get_config()
+        )
+        return _profile_here(spec, input_shape, modes, repeats, train_repeats, warmup,
+                             jit_compile, seed)
+    request = {
+        "spec": _spec_for_worker(layer),
+        "input_shape": list(input_shape),
+        "modes": list(modes),
+        "repeats": repeats,
+        "train_repeats": train_repeats,
+        "warmup": warmup,
+        "jit_compile": jit_compile,
+        "seed": seed,
+    }
+    return run_worker("profile", request, timeout=timeout)
+
+
+def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=5, isolate=True):
+    """Measured fp32 matmul throughput: the best median GFLOP/s over square sizes."""
+    if isolate:
+        return run_worker("matmul_peak", {"sizes": list(sizes), "repeats": repeats})
+    tf = _tf()
+    best = 0.0
+    per_size = {}
+    for n in sizes:
+        a = tf.random.normal((n, n))
+        b = tf.random.normal((n, n))
+        matmul = tf.function(lambda a, b: tf.matmul(a, b))
+        median_ms, _ = measure_latency(matmul, a, b, repeats=repeats, warmup=2)
+        gflops = 2 * n**3 / (median_ms * 1e-3) / 1e9
+        per_size[str(n)] = gflops
+        best = max(best, gflops)
+    return {"peak_gflops": best, "per_size_gflops": per_size}
+
+
+def run_worker(task, request, timeout=None):
+    """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["KERAS_BACKEND"] = "tensorflow"
+    completed = subprocess.run(
+        [sys.executable, "-m", "kctx.profile.worker", task],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    for line in completed.stdout.splitlines():
+        if line.startswith(_RESULT_MARKER):
+            return json.loads(line[len(_RESULT_MARKER):])
+    raise RuntimeError(
+        f"profiling worker ({task}) failed with exit code {completed.returncode}:\n"
+        + completed.stderr[-4000:]
+    )

@@ -1,0 +1,236 @@
+"""One shared check of the layer standards, used by every layer test.
+
+:func:`run_layer_test` exercises a layer class the way users will: config
+and JSON round trips, symbolic and eager calls (with ``None`` spatial dims),
+one ``fit`` step that changes the weights, ``.keras`` save/load with equal
+outputs, ``jit_compile=True`` (XLA), ``mixed_bfloat16`` and one ``fit`` step
+under a 2-replica ``tf.distribute.MirroredStrategy``.
+"""
+
+import json
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+
+def configure_logical_cpus(count=2):
+    """Split the first CPU into ``count`` logical devices (call before any op).
+
+    Lets a 1-CPU machine run ``tf.distribute.MirroredStrategy`` with several
+    replicas. Returns the number of logical CPUs now visible.
+    """
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError:
+        pass  # Runtime already initialised: keep what it has.
+    return len(tf.config.list_logical_devices("CPU"))
+
+
+_STRATEGIES = {}
+
+
+def mirrored_strategy(replicas=2):
+    """A MirroredStrategy over ``replicas`` logical CPUs (None if unavailable).
+
+    One strategy per process and device set: several MirroredStrategy objects
+    in one process reuse collective instance keys and abort each other's
+    all-reduces ("Shape mismatch in the collective instance").
+    """
+    import tensorflow as tf
+
+    devices = tuple(d.name for d in tf.config.list_logical_devices("CPU")[:replicas])
+    if len(devices) < replicas:
+        return None
+    if devices not in _STRATEGIES:
+        _STRATEGIES[devices] = tf.distribute.MirroredStrategy(list(devices))
+    return _STRATEGIES[devices]
+
+
+def _as_numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def _config_value(value):
+    """Normalise a config value for comparison (tuples vs lists from JSON)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _check_config(layer_cls, init_kwargs):
+    layer = layer_cls(**init_kwargs)
+    config = layer.get_config()
+    for name, value in init_kwargs.items():
+        if name in ("dtype", "name"):
+            continue
+        assert name in config, f"get_config() misses constructor argument {name!r}"
+        if isinstance(value, (int, float, str, bool, tuple, list)) or value is None:
+            stored = _config_value(config[name])
+            if isinstance(value, int) and isinstance(stored, list):
+                stored = stored[0] if set(stored) == {value} else stored  # 2 -> (2, 2)
+            assert stored == _config_value(value), (
+                f"get_config()[{name!r}] = {config[name]!r}, constructed with {value!r}"
+            )
+    revived = layer_cls.from_config(config)
+    assert _config_value(revived.get_config()) == _config_value(config)
+    serialized = json.dumps(keras.saving.serialize_keras_object(layer))
+    from_json = keras.saving.deserialize_keras_object(json.loads(serialized))
+    assert type(from_json) is layer_cls
+    assert _config_value(from_json.get_config()) == _config_value(config)
+
+
+def _model(layer_cls, init_kwargs, input_shape, dtype=None):
+    kwargs = dict(init_kwargs)
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    inputs = keras.Input(shape=input_shape[1:], batch_size=None)
+    outputs = layer_cls(**kwargs)(inputs)
+    return keras.Model(inputs, outputs)
+
+
+def _fit_one_step(model, x, y, jit_compile=False):
+    before = [_as_numpy(w).copy() for w in model.trainable_weights]
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate=0.1), loss="mse", jit_compile=jit_compile
+    )
+    history = model.fit(x, y, batch_size=x.shape[0], epochs=1, verbose=0, shuffle=False)
+    loss = history.history["loss"][-1]
+    assert np.isfinite(loss), f"fit() loss is not finite: {loss}"
+    after = [_as_numpy(w) for w in model.trainable_weights]
+    if before:
+        changed = [not np.allclose(b, a) for b, a in zip(before, after)]
+        assert any(changed), "one fit() step changed no trainable weight"
+    for w in after:
+        assert np.all(np.isfinite(w)), "a trainable weight became non-finite after fit()"
+    return loss
+
+
+def run_layer_test(
+    layer_cls,
+    init_kwargs,
+    input_shape,
+    expected_output_shape=None,
+    input_data=None,
+    expected_num_trainable_weights=None,
+    expected_num_non_trainable_weights=None,
+    deterministic=True,
+    variable_spatial_dims=True,
+    run_training=True,
+    run_saving=True,
+    run_xla=True,
+    run_mixed_precision=True,
+    run_distributed=True,
+    atol=1e-5,
+    rtol=1e-5,
+):
+    """Check that ``layer_cls(**init_kwargs)`` meets the kctx layer standards.
+
+    Args:
+        layer_cls: the layer class.
+        init_kwargs: constructor arguments.
+        input_shape: full input shape including the batch size (≥ 2, even).
+        expected_output_shape: full output shape; defaults to ``input_shape``.
+        input_data: optional NumPy input (defaults to standard normal).
+        expected_num_trainable_weights: optional count to assert.
+        expected_num_non_trainable_weights: optional count to assert.
+        deterministic: inference is deterministic, so save/load and XLA must
+            reproduce the outputs exactly (up to ``atol``/``rtol``).
+        variable_spatial_dims: also build with ``None`` height and width.
+        run_training, run_saving, run_xla, run_mixed_precision,
+        run_distributed: switch the corresponding checks.
+    """
+    keras.utils.set_random_seed(1234)
+    input_shape = tuple(input_shape)
+    expected_output_shape = tuple(expected_output_shape or input_shape)
+    if input_data is None:
+        input_data = np.random.default_rng(0).standard_normal(input_shape).astype("float32")
+    target = np.random.default_rng(1).standard_normal(expected_output_shape).astype("float32")
+
+    # 1. Config, from_config and JSON round trips.
+    _check_config(layer_cls, init_kwargs)
+
+    # 2. Symbolic call (fixed and None spatial dims) and compute_output_shape.
+    layer = layer_cls(**init_kwargs)
+    symbolic = layer(keras.Input(shape=input_shape[1:]))
+    assert tuple(symbolic.shape) == (None,) + expected_output_shape[1:], symbolic.shape
+    assert tuple(layer.compute_output_shape((None,) + input_shape[1:])) == (
+        (None,) + expected_output_shape[1:]
+    )
+    if expected_num_trainable_weights is not None:
+        assert len(layer.trainable_weights) == expected_num_trainable_weights
+    if expected_num_non_trainable_weights is not None:
+        assert len(layer.non_trainable_weights) == expected_num_non_trainable_weights
+    if variable_spatial_dims:
+        free_shape = (None, None) + input_shape[3:]
+        free = layer_cls(**init_kwargs)(keras.Input(shape=free_shape))
+        assert tuple(free.shape[-1:]) == expected_output_shape[-1:], free.shape
+        assert len(free.shape) == len(expected_output_shape)
+
+    # 3. Eager call, in both modes.
+    for training in (False, True):
+        eager = layer(input_data, training=training)
+        assert tuple(eager.shape) == expected_output_shape, eager.shape
+        assert np.all(np.isfinite(_as_numpy(eager))), f"non-finite output (training={training})"
+
+    # 4. One fit step.
+    model = _model(layer_cls, init_kwargs, input_shape)
+    if run_training:
+        _fit_one_step(model, input_data, target)
+    reference = _as_numpy(model.predict(input_data, batch_size=input_shape[0], verbose=0))
+    assert np.all(np.isfinite(reference))
+
+    # 5. .keras save / load with equal outputs.
+    if run_saving:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.keras")
+            model.save(path)
+            loaded = keras.saving.load_model(path)
+        restored = _as_numpy(loaded.predict(input_data, batch_size=input_shape[0], verbose=0))
+        if deterministic:
+            np.testing.assert_allclose(restored, reference, atol=atol, rtol=rtol)
+        for a, b in zip(model.weights, loaded.weights):
+            np.testing.assert_array_equal(_as_numpy(a), _as_numpy(b))
+
+    # 6. XLA: same weights, jit_compile=True, fit step and predict.
+    if run_xla:
+        xla_model = _model(layer_cls, init_kwargs, input_shape)
+        xla_model.set_weights(model.get_weights())
+        xla_model.compile(loss="mse", jit_compile=True)
+        compiled = _as_numpy(xla_model.predict(input_data, batch_size=input_shape[0], verbose=0))
+        if deterministic:
+            np.testing.assert_allclose(compiled, reference, atol=max(atol, 1e-4), rtol=1e-3)
+        if run_training:
+            _fit_one_step(xla_model, input_data, target, jit_compile=True)
+
+    # 7. Mixed precision: compute in bfloat16, variables in float32.
+    if run_mixed_precision:
+        mixed = _model(layer_cls, init_kwargs, input_shape, dtype="mixed_bfloat16")
+        out = mixed(input_data, training=False)
+        assert keras.backend.standardize_dtype(out.dtype) == "bfloat16", out.dtype
+        assert np.all(np.isfinite(_as_numpy(keras.ops.cast(out, "float32"))))
+        for w in mixed.weights:
+            if "seed_generator" in w.path:
+                continue
+            assert keras.backend.standardize_dtype(w.dtype) == "float32", (w.path, w.dtype)
+        if run_training:
+            _fit_one_step(mixed, input_data, target)
+
+    # 8. A 2-replica MirroredStrategy fit step.
+    if run_distributed:
+        strategy = mirrored_strategy(2)
+        assert strategy is not None, (
+            "MirroredStrategy needs 2 logical CPUs: call "
+            "kctx.testing.configure_logical_cpus(2) before TensorFlow starts"
+        )
+        with strategy.scope():
+            distributed = _model(layer_cls, init_kwargs, input_shape)
+            if run_training:
+                _fit_one_step(distributed, input_data, target)
+        out = _as_numpy(distributed.predict(input_data, batch_size=input_shape[0], verbose=0))
+        assert np.all(np.isfinite(out))
+    return model

@@ -1,0 +1,1 @@
+"""HamNet-style segmentation workflow on keras-hub backbones; see the segmentation issue."""

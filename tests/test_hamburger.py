@@ -1,0 +1,231 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_reference as ref
+from kctx.layers import Hamburger
+from kctx.ops import decompose
+from kctx.testing import mirrored_strategy, run_layer_test
+
+SHAPE = (2, 6, 5, 16)
+
+
+@pytest.mark.parametrize("method", ["nmf", "vq", "cd"])
+def test_layer_standards_per_method(method):
+    run_layer_test(
+        Hamburger,
+        dict(rank=4, method=method, seed=3),
+        SHAPE,
+        expected_num_trainable_weights=5,  # breads (3) + BN gamma/beta
+        expected_num_non_trainable_weights=2,  # BN moving statistics
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(rank=3, init="online", latent_dim=8, groups=2, seed=1),
+        dict(rank=4, init="fixed", method="cd", seed=2),
+        dict(rank=4, init="learned", method="vq", one_step_gradient=False, seed=2),
+        dict(rank=4, steps=3, eval_steps=5, temperature=0.5, synchronized_batch_norm=True, seed=4),
+    ],
+    ids=["online-groups", "fixed", "learned-bptt", "eval-steps-sync-bn"],
+)
+def test_layer_standards_variants(kwargs):
+    run_layer_test(Hamburger, kwargs, SHAPE)
+
+
+def test_layer_standards_unseeded_random_init():
+    # A new dictionary every call: outputs are not reproducible, the rest is.
+    run_layer_test(Hamburger, dict(rank=4), SHAPE, deterministic=False)
+
+
+def _numpy_hamburger(layer, z, bases, steps, training):
+    """Y = Z + BN(W_u M(ReLU(W_l Z + b)))  (Eq. 5–6), with the group split of d."""
+    w_l = layer.lower_bread_kernel.numpy().astype("float64")
+    b_l = layer.lower_bread_bias.numpy().astype("float64")
+    w_u = layer.upper_bread_kernel.numpy().astype("float64")
+    batch, height, width, channels = z.shape
+    groups, group_dim = layer.groups, w_l.shape[1] // layer.groups
+    x = z.reshape(batch, height * width, channels).astype("float64") @ w_l + b_l
+    if layer.method == "nmf":
+        x = np.maximum(x, 0)
+    recon = np.zeros_like(x)
+    temperature = layer.resolved_temperature
+    for n in range(batch):
+        for g in range(groups):
+            cols = slice(g * group_dim, (g + 1) * group_dim)
+            X, D0 = x[n][:, cols].T, bases[g].astype("float64")
+            if layer.method == "nmf":
+                out = ref.nmf(X, D0, steps, eps=layer.eps * X.max(), temperature=temperature)[0]
+            elif layer.method == "vq":
+                out = ref.vq(X, D0, steps, temperature)[0]
+            else:
+                out = ref.cd(X, D0, steps, temperature, layer.beta)[0]
+            recon[n][:, cols] = out.T
+    h = recon @ w_u
+    norm = layer.norm
+    if training:
+        mean, var = h.mean(axis=(0, 1)), h.var(axis=(0, 1))
+    else:
+        mean, var = norm.moving_mean.numpy(), norm.moving_variance.numpy()
+    h = (h - mean) / np.sqrt(var + norm.epsilon) * norm.gamma.numpy() + norm.beta.numpy()
+    return z + h.reshape(z.shape)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(method="nmf"), dict(method="vq", groups=2), dict(method="cd", latent_dim=12, groups=3)],
+    ids=["nmf", "vq-groups", "cd-latent-groups"],
+)
+@pytest.mark.parametrize("training", [False, True])
+def test_forward_matches_numpy_reference(kwargs, training):
+    layer = Hamburger(rank=3, steps=4, init="fixed", seed=0, **kwargs)
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    layer.build(SHAPE)
+    rng = np.random.default_rng(1)
+    # Non-trivial batch-norm state, so the folded inference path is checked.
+    norm = layer.norm
+    norm.gamma.assign(rng.uniform(0.5, 1.5, 16))
+    norm.beta.assign(rng.standard_normal(16))
+    norm.moving_mean.assign(rng.standard_normal(16))
+    norm.moving_variance.assign(rng.uniform(0.5, 2.0, 16))
+    got = layer(z, training=training).numpy()
+    expected = _numpy_hamburger(layer, z, layer.bases.numpy(), 4, training)
+    np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
+
+
+def test_eval_steps_is_used_at_inference_only():
+    z = np.random.default_rng(0).uniform(size=SHAPE).astype("float32")
+    base = Hamburger(rank=3, steps=2, init="fixed", seed=0)
+    base.build(SHAPE)
+    longer = Hamburger(rank=3, steps=2, eval_steps=7, init="fixed", seed=0)
+    longer.build(SHAPE)
+    longer.set_weights(base.get_weights())
+    np.testing.assert_allclose(longer(z, training=True), base(z, training=True), rtol=1e-6)
+    assert not np.allclose(longer(z, training=False), base(z, training=False), rtol=1e-4)
+    expected = _numpy_hamburger(longer, z, longer.bases.numpy(), 7, False)
+    np.testing.assert_allclose(longer(z, training=False), expected, rtol=2e-4, atol=2e-4)
+
+
+def test_random_init_draws_and_seeded_inference():
+    z = np.random.default_rng(0).uniform(size=SHAPE).astype("float32")
+    unseeded = Hamburger(rank=3)
+    a, b = unseeded(z, training=False), unseeded(z, training=False)
+    assert not np.allclose(a, b), "unseeded random init must draw a new dictionary per call"
+    seeded = Hamburger(rank=3, seed=7)
+    np.testing.assert_array_equal(seeded(z, training=False), seeded(z, training=False))
+    t1, t2 = seeded(z, training=True), seeded(z, training=True)
+    assert not np.allclose(t1, t2), "training must draw a new dictionary per call"
+    # The seeded inference dictionary is shared by all samples: a sample's
+    # output does not depend on the rest of the batch.
+    np.testing.assert_allclose(seeded(z[:1], training=False), seeded(z, training=False)[:1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_online_update_moves_bases_toward_batch_solution():
+    layer = Hamburger(rank=3, steps=3, init="online", online_rate=0.5, seed=0)
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    layer.build(SHAPE)
+    old = layer.bases.numpy()
+    x = np.maximum(z.reshape(2, -1, 16) @ layer.lower_bread_kernel.numpy()
+                   + layer.lower_bread_bias.numpy(), 0)
+    solved, _ = decompose(x, np.broadcast_to(old, (2,) + old.shape[1:]).copy(), steps=3)
+    moved = old[0] + 0.5 * (solved.numpy().mean(axis=0) - old[0])
+    expected = moved / np.linalg.norm(moved, axis=0, keepdims=True)
+    layer(z, training=False)
+    np.testing.assert_array_equal(layer.bases.numpy(), old)  # inference leaves them alone
+    layer(z, training=True)
+    np.testing.assert_allclose(layer.bases.numpy()[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_online_update_under_mirrored_strategy_uses_the_global_batch():
+    strategy = mirrored_strategy(2)
+    z = np.random.default_rng(0).standard_normal((4,) + SHAPE[1:]).astype("float32")
+    with strategy.scope():
+        inputs = keras.Input(SHAPE[1:])
+        layer = Hamburger(rank=3, init="online", seed=0)
+        model = keras.Model(inputs, layer(inputs))
+        model.compile(optimizer="sgd", loss="mse")
+    single = Hamburger(rank=3, init="online", seed=0)
+    single.build(SHAPE)
+    single.set_weights(layer.get_weights())
+    single(z, training=True)  # one update from the whole (global) batch of 4
+    model.fit(z, z, batch_size=4, epochs=1, verbose=0, shuffle=False)  # 2 per replica
+    after = layer.bases.numpy()
+    np.testing.assert_allclose(after, single.bases.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(after, axis=1), 1.0, rtol=1e-5)
+
+
+def test_one_step_gradient_reaches_lower_bread():
+    layer = Hamburger(rank=3, seed=0)
+    z = tf.constant(np.random.default_rng(0).standard_normal(SHAPE).astype("float32"))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(layer(z, training=True)))
+    grads = tape.gradient(loss, layer.trainable_weights)
+    for weight, grad in zip(layer.trainable_weights, grads):
+        assert grad is not None and np.any(grad.numpy() != 0), weight.path
+
+
+@pytest.mark.parametrize("method", ["nmf", "cd"])
+def test_mixed_precision_ham_runs_in_float32(method, monkeypatch):
+    import kctx.layers.hamburger as module
+
+    seen = []
+
+    def spy(x, bases, **kwargs):
+        seen.append((x.dtype, bases.dtype))
+        return decompose(x, bases, **kwargs)
+
+    monkeypatch.setattr(module, "decompose", spy)
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    full = Hamburger(rank=3, method=method, seed=0)
+    mixed = Hamburger(rank=3, method=method, seed=0, dtype="mixed_bfloat16")
+    full.build(SHAPE)
+    mixed.build(SHAPE)
+    mixed.set_weights(full.get_weights())
+    out = mixed(z, training=False)
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    assert all(keras.backend.standardize_dtype(d) == "float32" for pair in seen for d in pair)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")),
+        full(z, training=False).numpy(),
+        rtol=0.05,
+        atol=0.1,
+    )
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e15])
+def test_no_nan_for_zero_or_huge_inputs(scale):
+    layer = Hamburger(rank=3, seed=0)
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32") * scale
+    for training in (True, False):
+        assert np.all(np.isfinite(layer(z, training=training).numpy()))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(rank=0), "rank=0"),
+        (dict(steps=0), "steps=0"),
+        (dict(eval_steps=0), "eval_steps=0"),
+        (dict(method="pca"), "method='pca'"),
+        (dict(init="zeros"), "init='zeros'"),
+        (dict(latent_dim=10, groups=3), "latent_dim=10, groups=3"),
+        (dict(temperature=-1.0), "temperature=-1.0"),
+        (dict(online_rate=2.0), "online_rate=2.0"),
+        (dict(init="learned"), "one_step_gradient=True"),
+        (dict(data_format="channels_first"), "data_format='channels_first'"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(".", r"\.")):
+        Hamburger(**kwargs)
+
+
+def test_bad_inputs_are_named():
+    with pytest.raises(ValueError, match=r"rank-4 input.*input_shape=\(2, 16, 8\)"):
+        Hamburger()(np.zeros((2, 16, 8), "float32"))
+    with pytest.raises(ValueError, match="latent_dim=16, groups=3"):
+        Hamburger(groups=3).build((2, 4, 4, 16))

@@ -1,0 +1,100 @@
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kctx.layers import Hamburger, SelfAttention2D
+from kctx.profile import count_macs, count_params, profile_layer
+
+
+def test_counts_matmul_family():
+    assert count_macs(lambda a: tf.matmul(a, a, transpose_b=True), (5, 7)) == 5 * 7 * 5
+    assert count_macs(lambda a: tf.matmul(a, a, transpose_a=True), (5, 7)) == 7 * 5 * 7
+    assert count_macs(lambda a: tf.linalg.matmul(a, a, adjoint_b=True), (3, 4, 6)) == 3 * 4 * 6 * 4
+    assert count_macs(lambda a: tf.einsum("bnd,bnr->bdr", a, a[..., :2]), (2, 9, 3)) == 2 * 9 * 3 * 2
+    assert count_macs(lambda a: tf.einsum("...d,de->...e", a, tf.ones((4, 5))), (2, 3, 4)) == 2 * 3 * 4 * 5
+
+
+def test_counts_convolutions_and_inverse():
+    conv = lambda x: tf.nn.conv2d(x, tf.ones((3, 3, 4, 6)), 1, "SAME")  # noqa: E731
+    assert count_macs(conv, (2, 8, 8, 4)) == 2 * 8 * 8 * 6 * 3 * 3 * 4
+    depthwise = lambda x: tf.nn.depthwise_conv2d(x, tf.ones((3, 3, 4, 1)), [1] * 4, "VALID")  # noqa: E731
+    assert count_macs(depthwise, (1, 8, 8, 4)) == 6 * 6 * 4 * 9
+    assert count_macs(lambda a: tf.linalg.inv(a), (3, 5, 5)) == 3 * 125
+    assert count_macs(lambda a: a * a + 1.0, (100, 100)) == 0
+
+
+def test_training_graph_counts_backward_matmuls():
+    w = tf.ones((7, 3))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(tf.matmul(x, w))
+        return tape.gradient(y, x)
+
+    assert count_macs(step, (5, 7)) == 2 * 5 * 7 * 3  # forward + grad w.r.t. x
+
+
+def test_paper_scale_counts():
+    """Params and MACs at the paper's Table 3 shape (1×128×128×512), by tracing only."""
+    shape = (1, 128, 128, 512)
+    n, c, d, r, k = 128 * 128, 512, 512, 64, 6
+    sa = SelfAttention2D()
+    sa.build(shape)
+    assert count_params(sa) == (4 * c * c + 1, 0)
+    assert count_macs(lambda x: sa(x), shape) == 4 * n * c * c + 2 * n * n * c  # 292.06 G
+    ham = Hamburger(rank=r, steps=k)
+    ham.build(shape)
+    assert count_params(ham) == (c * d + d + d * c + 2 * c, 2 * c)
+    # Lower bread; K+1 x·D and K xᵀ·C products with their r×r Grams; the
+    # upper bread on the factors (Dᵀ·W_u then C·(Dᵀ·W_u)).
+    grams = (k + 1) * (d * r * r + n * r * r) + k * (n * r * r + d * r * r)
+    expected = n * c * d + (2 * k + 1) * n * d * r + grams + d * r * c + n * r * c
+    assert count_macs(lambda x: ham(x, training=False), shape) == expected
+
+
+def test_profile_in_process_reports_everything():
+    # Tensors here exceed 256 KiB, the smallest size the CPU allocator keeps stats for.
+    result = profile_layer(Hamburger(rank=2), (1, 32, 32, 64), repeats=2, train_repeats=1,
+                           isolate=False)
+    for key in ("params", "macs", "train_macs", "infer_ms", "train_ms", "infer_mem_mb",
+                "train_mem_mb"):
+        assert result[key] > 0, key
+    assert result["train_macs"] > result["macs"]
+
+
+def test_peak_memory_sees_the_attention_matrix():
+    """SA at 64×64 positions holds a 4096² float32 attention matrix (64 MiB)."""
+    shape = (1, 64, 64, 16)
+    sa = profile_layer({"block": "self_attention"}, shape, modes=("infer",), repeats=1)
+    ham = profile_layer({"block": "ham_nmf", "kwargs": {"rank": 2}}, shape, modes=("infer",),
+                        repeats=1)
+    assert sa["infer_mem_mb"] >= 64, sa
+    assert ham["infer_mem_mb"] < 16, ham
+
+
+def test_profile_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="modes"):
+        profile_layer(Hamburger(), (1, 4, 4, 8), modes=("backward",))
+
+
+def test_bench_table3_cli_writes_json(tmp_path):
+    path = tmp_path / "table3.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "kctx.bench", "table3", "--size", "16", "--channels", "32",
+         "--repeats", "1", "--train-repeats", "1", "--json", str(path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = json.loads(path.read_text())
+    assert [r["method"] for r in rows] == ["SA", "Ham (CD)", "Ham (NMF)", "Ham (VQ)"]
+    for row in rows:
+        for key in ("method", "params", "macs", "infer_ms", "train_ms", "infer_mem_mb",
+                    "train_mem_mb", "infer_speedup_vs_sa", "roofline_ms"):
+            assert key in row, key
+    assert "Ham (NMF)" in completed.stdout and "GFLOP/s" in completed.stdout
