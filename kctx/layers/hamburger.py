@@ -44,6 +44,14 @@ class Hamburger(keras.layers.Layer):
     ``mixed_float16``) and is cast back to the compute dtype. Gradients use the
     one-step gradient of Sec. 2.3 unless ``one_step_gradient=False`` (BPTT).
 
+    Training note: the ham's low-rank reconstruction varies little across
+    positions, so the batch normalisation after the upper bread sees a signal
+    with a large mean and a small variance and amplifies it; inference uses
+    the moving statistics, which must then match the final features closely.
+    Train as the paper does, with a learning rate decaying to zero, and in
+    short runs use a faster average (e.g. ``norm_momentum=0.9``); see
+    ``notebooks/hamburger.ipynb``.
+
     Args:
         rank: r, number of dictionary atoms (the paper uses d = 8r).
         steps: K, optimisation steps in training (paper: 6).

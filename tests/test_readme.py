@@ -1,0 +1,35 @@
+"""The README's set-up commands and example stay true."""
+
+import pathlib
+import re
+
+import keras
+import numpy as np
+
+ROOT = pathlib.Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _blocks(language):
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def test_exactly_two_setup_commands_and_ci_runs_the_second():
+    commands = [b.strip() for b in _blocks("bash")]
+    assert len(commands) == 2, commands
+    assert all("\n" not in c for c in commands)
+    assert "kctx.bench table3" in commands[0]
+    assert "pytest" in commands[1]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_example_builds_and_trains():
+    (example,) = _blocks("python")
+    assert len(example.strip().splitlines()) <= 10
+    namespace = {}
+    exec(example, namespace)  # noqa: S102 - the README's own code
+    model = namespace["model"]
+    x = np.random.default_rng(0).standard_normal((4, 32, 32, 3)).astype("float32")
+    history = model.fit(x, np.arange(4), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert isinstance(model, keras.Model)
