@@ -58,10 +58,11 @@ def test_paper_scale_counts():
     assert count_macs(lambda x: ham(x, training=False), shape) == expected
 
 
-def test_profile_in_process_reports_everything():
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "fresh-process"])
+def test_profile_reports_everything(isolate):
     # Tensors here exceed 256 KiB, the smallest size the CPU allocator keeps stats for.
-    result = profile_layer(Hamburger(rank=2), (1, 32, 32, 64), repeats=2, train_repeats=1,
-                           isolate=False)
+    result = profile_layer(Hamburger(rank=2, groups=2), (1, 32, 32, 64), repeats=2,
+                           train_repeats=1, isolate=isolate)
     for key in ("params", "macs", "train_macs", "infer_ms", "train_ms", "infer_mem_mb",
                 "train_mem_mb"):
         assert result[key] > 0, key

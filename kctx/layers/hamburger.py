@@ -4,9 +4,10 @@ import keras
 from keras import ops
 
 from kctx.distribute import cross_replica_mean
-from kctx.layers._validation import (
+from kctx._validation import (
     check_choice,
     check_image_input,
+    check_nonnegative_float,
     check_positive_float,
     check_positive_int,
     standardize_data_format,
@@ -140,8 +141,7 @@ class Hamburger(keras.layers.Layer):
         check_positive_int("groups", groups)
         check_choice("init", init, INITS)
         check_positive_float("temperature", temperature, allow_none=True)
-        if not (isinstance(beta, (int, float)) and beta >= 0):
-            raise ValueError(f"`beta` must be a number >= 0. Received: beta={beta!r}")
+        check_nonnegative_float("beta", beta)
         check_positive_float("eps", eps)
         if not (isinstance(online_rate, (int, float)) and 0 < online_rate <= 1):
             raise ValueError(

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx.layers._validation import (
+from kctx._validation import (
     check_image_input,
     check_positive_int,
     standardize_data_format,

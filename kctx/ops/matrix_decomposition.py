@@ -18,25 +18,18 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx._validation import (
+    check_choice,
+    check_nonnegative_float,
+    check_positive_float,
+    check_positive_int,
+)
+
 METHODS = ("nmf", "vq", "cd")
 
 # Column-normalisation guard, as ``torch.nn.functional.normalize`` in the
 # official code (eps=1e-12 on the norm).
 _NORM_EPS = 1e-12
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}"
-        )
-
-
-def _check_method(method):
-    if method not in METHODS:
-        raise ValueError(
-            f"Unknown `method`: expected one of {METHODS}. Received: method={method!r}"
-        )
 
 
 def _check_shapes(x, bases):
@@ -201,12 +194,10 @@ def decompose(
     Returns:
         ``(bases, codes)``: D (B, d, r) and C (B, N, r).
     """
-    _check_method(method)
-    _check_int("steps", steps, 1)
-    if not temperature > 0:
-        raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}")
-    if not beta >= 0:
-        raise ValueError(f"`beta` must be >= 0. Received: beta={beta!r}")
+    check_choice("method", method, METHODS)
+    check_positive_int("steps", steps)
+    check_positive_float("temperature", temperature)
+    check_nonnegative_float("beta", beta)
     x = ops.convert_to_tensor(x)
     bases = ops.convert_to_tensor(bases)
     _check_shapes(x, bases)
@@ -291,7 +282,7 @@ def initial_bases(method, shape, seed=None, dtype="float32"):
     every backend, device and compiler (drawn with NumPy; ``shape`` must then
     be static).
     """
-    _check_method(method)
+    check_choice("method", method, METHODS)
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         rng = np.random.default_rng(int(seed))
         shape = tuple(int(s) for s in shape)

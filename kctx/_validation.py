@@ -1,4 +1,4 @@
-"""Argument and input checks shared by kctx layers.
+"""Argument and input checks shared by kctx ops and layers.
 
 Every message names the argument and the value received.
 """
@@ -31,6 +31,11 @@ def check_positive_float(name, value, allow_none=False):
             f"`{name}` must be a positive number{' or None' if allow_none else ''}. "
             f"Received: {name}={value!r}"
         )
+
+
+def check_nonnegative_float(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
 
 
 def standardize_data_format(data_format):

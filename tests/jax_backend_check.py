@@ -1,0 +1,46 @@
+"""Run by tests/test_jax_backend.py in a subprocess with KERAS_BACKEND=jax.
+
+kctx.ops is pure keras.ops and kctx.layers wraps it with weights: both must
+run under JAX, numerically equal to the NumPy reference of the paper.
+"""
+
+import keras
+import numpy as np
+
+import numpy_reference as ref
+from kctx.layers import Hamburger, context_block
+from kctx.ops import matrix_decomposition
+
+assert keras.backend.backend() == "jax", keras.backend.backend()
+
+rng = np.random.default_rng(0)
+x = rng.uniform(size=(2, 12, 6))
+x /= x.max(axis=(1, 2), keepdims=True)
+bases = rng.uniform(size=(2, 6, 3))
+bases /= np.linalg.norm(bases, axis=1, keepdims=True)
+for method, temperature in (("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)):
+    got = np.asarray(matrix_decomposition(x, bases, method=method, steps=4,
+                                          temperature=temperature))
+    for b in range(2):
+        X, D = x[b].T, bases[b]
+        expected = {"nmf": lambda: ref.nmf(X, D, 4)[0],
+                    "vq": lambda: ref.vq(X, D, 4, temperature)[0],
+                    "cd": lambda: ref.cd(X, D, 4, temperature, 0.1)[0]}[method]()
+        np.testing.assert_allclose(got[b], expected.T, rtol=1e-5, atol=1e-6)
+
+z = rng.standard_normal((2, 6, 6, 16)).astype("float32")
+for name, kwargs in (("ham_nmf", dict(rank=4, seed=0)), ("ham_cd", dict(rank=4, init="online")),
+                     ("self_attention", {})):
+    inputs = keras.Input((None, None, 16))
+    model = keras.Model(inputs, context_block(name, **kwargs)(inputs))
+    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    loss = model.fit(z, z[::-1], epochs=1, verbose=0).history["loss"][0]
+    assert np.isfinite(loss), (name, loss)
+    assert np.all(np.isfinite(model.predict(z, verbose=0))), name
+
+layer = Hamburger(rank=3, init="online", seed=0)
+layer.build(z.shape)
+before = np.asarray(layer.bases.value).copy()
+layer(z, training=True)
+assert not np.allclose(before, np.asarray(layer.bases.value)), "online bases did not move"
+print("JAX_BACKEND_OK")
