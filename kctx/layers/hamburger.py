@@ -206,7 +206,6 @@ class Hamburger(keras.layers.Layer):
                 f"groups={self.groups}"
             )
         self._channels = channels
-        self._latent_dim = latent_dim
         self._group_dim = latent_dim // self.groups
         self.lower_bread_kernel = self.add_weight(
             name="lower_bread_kernel",
@@ -312,10 +311,11 @@ class Hamburger(keras.layers.Layer):
             y = ops.matmul(codes[:, 0], projected_bases[:, 0])
         else:
             y = ops.einsum("bsnr,bsrc->bnc", codes, projected_bases)
-        if not use_batch_statistics:
-            return inputs + ops.reshape(y + norm_shift, (batch, height, width, self._channels))
-        y = ops.reshape(y, (batch, height, width, self._channels))
-        return inputs + self.norm(y, training=training)
+        if use_batch_statistics:
+            y = self.norm(ops.reshape(y, shape), training=True)
+        else:
+            y = ops.reshape(y + norm_shift, shape)
+        return inputs + y
 
     def _folded_norm(self):
         """BN(y) = y·a + b with the moving statistics: a = γ/√(σ²+ε), b = β − μ·a."""
