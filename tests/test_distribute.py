@@ -1,0 +1,37 @@
+import pytest
+import tensorflow as tf
+
+from kctx.distribute import cross_replica_mean, get_strategy
+from kctx.testing import mirrored_strategy
+
+
+def test_default_strategy_on_cpu_logs_it():
+    lines = []
+    strategy = get_strategy(log=lines.append)
+    assert strategy.num_replicas_in_sync == 1
+    assert lines and "replica" in lines[0] and type(strategy).__name__ in lines[0]
+
+
+def test_explicit_devices_give_mirrored_strategy():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
+    strategy = get_strategy(devices=devices, log=None)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy)
+    assert strategy.num_replicas_in_sync == 2
+
+
+def test_unreachable_tpu_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="Could not reach TPU 'no-such-tpu'"):
+        get_strategy(tpu="no-such-tpu", log=None)
+
+
+def test_cross_replica_mean():
+    assert float(cross_replica_mean(tf.constant(3.0))) == 3.0
+    strategy = mirrored_strategy(2)
+
+    def replica_fn():
+        ctx = tf.distribute.get_replica_context()
+        return cross_replica_mean(tf.cast(ctx.replica_id_in_sync_group, tf.float32))
+
+    result = strategy.run(replica_fn)
+    values = [float(v) for v in strategy.experimental_local_results(result)]
+    assert values == [0.5, 0.5]
