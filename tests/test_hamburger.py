@@ -29,8 +29,9 @@ def test_layer_standards_per_method(method):
         dict(rank=4, init="fixed", method="cd", seed=2),
         dict(rank=4, init="learned", method="vq", one_step_gradient=False, seed=2),
         dict(rank=4, steps=3, eval_steps=5, temperature=0.5, synchronized_batch_norm=True, seed=4),
+        dict(rank=4, residual_scale_init=0.5, seed=5),
     ],
-    ids=["online-groups", "fixed", "learned-bptt", "eval-steps-sync-bn"],
+    ids=["online-groups", "fixed", "learned-bptt", "eval-steps-sync-bn", "residual-scale"],
 )
 def test_layer_standards_variants(kwargs):
     run_layer_test(Hamburger, kwargs, SHAPE)
@@ -94,6 +95,23 @@ def test_forward_matches_numpy_reference(kwargs, training):
     got = layer(z, training=training).numpy()
     expected = _numpy_hamburger(layer, z, layer.bases.numpy(), 4, training)
     np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
+
+
+def test_residual_scale_starts_as_identity_and_learns():
+    layer = Hamburger(rank=3, residual_scale_init=0.0, seed=0)
+    z = tf.constant(np.random.default_rng(0).standard_normal(SHAPE).astype("float32"))
+    np.testing.assert_array_equal(layer(z, training=True).numpy(), z.numpy())
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(z, training=True) * tf.reverse(z, axis=[0]))
+    (grad,) = tape.gradient(loss, [layer.residual_scale])
+    assert float(grad) != 0.0
+    # σ scales exactly the branch of Eq. 6.
+    layer.residual_scale.assign(0.3)
+    plain = Hamburger(rank=3, seed=0)
+    plain.build(SHAPE)
+    plain.set_weights([w for w in layer.get_weights() if np.ndim(w) != 0])
+    np.testing.assert_allclose(layer(z, training=False) - z, 0.3 * (plain(z, training=False) - z),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_eval_steps_is_used_at_inference_only():
@@ -215,6 +233,7 @@ def test_no_nan_for_zero_or_huge_inputs(scale):
         (dict(latent_dim=10, groups=3), "latent_dim=10, groups=3"),
         (dict(temperature=-1.0), "temperature=-1.0"),
         (dict(online_rate=2.0), "online_rate=2.0"),
+        (dict(residual_scale_init="zero"), "residual_scale_init='zero'"),
         (dict(init="learned"), "one_step_gradient=True"),
         (dict(data_format="channels_first"), "data_format='channels_first'"),
     ],

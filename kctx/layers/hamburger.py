@@ -84,6 +84,10 @@ class Hamburger(keras.layers.Layer):
             inference also draws a new dictionary every call.
         synchronized_batch_norm: all-reduce the batch statistics across
             replicas (cross-replica BN, as HamGAN on TPU).
+        residual_scale_init: ``None`` for the paper's Y = Z + BN(H(Z))
+            (Eq. 6); a number adds a learnable scalar σ with this initial
+            value, Y = Z + σ·BN(H(Z)) — HamGAN uses σ = 0 (SAGAN's attention
+            scale), so the block starts as the identity.
         norm_momentum: momentum of the batch normalisation.
         norm_epsilon: epsilon of the batch normalisation.
         kernel_initializer: initializer of both breads.
@@ -125,6 +129,7 @@ class Hamburger(keras.layers.Layer):
         online_rate=0.9,
         seed=None,
         synchronized_batch_norm=False,
+        residual_scale_init=None,
         norm_momentum=0.99,
         norm_epsilon=1e-3,
         kernel_initializer="he_normal",
@@ -146,6 +151,13 @@ class Hamburger(keras.layers.Layer):
         if not (isinstance(online_rate, (int, float)) and 0 < online_rate <= 1):
             raise ValueError(
                 f"`online_rate` must be in (0, 1]. Received: online_rate={online_rate!r}"
+            )
+        if residual_scale_init is not None and (
+            isinstance(residual_scale_init, bool) or not isinstance(residual_scale_init, (int, float))
+        ):
+            raise ValueError(
+                "`residual_scale_init` must be a number or None. "
+                f"Received: residual_scale_init={residual_scale_init!r}"
             )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
@@ -175,6 +187,7 @@ class Hamburger(keras.layers.Layer):
         self.online_rate = online_rate
         self.seed = seed
         self.synchronized_batch_norm = synchronized_batch_norm
+        self.residual_scale_init = residual_scale_init
         self.norm_momentum = norm_momentum
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -233,6 +246,12 @@ class Hamburger(keras.layers.Layer):
                 # Every replica computes the same update (the batch target is
                 # all-reduced), so the first replica's write is the value.
                 aggregation="only_first_replica" if self.init == "online" else "none",
+            )
+        if self.residual_scale_init is not None:
+            self.residual_scale = self.add_weight(
+                name="residual_scale",
+                shape=(),
+                initializer=keras.initializers.Constant(float(self.residual_scale_init)),
             )
         self.norm.build(tuple(input_shape[:-1]) + (channels,))
 
@@ -315,6 +334,8 @@ class Hamburger(keras.layers.Layer):
             y = self.norm(ops.reshape(y, shape), training=True)
         else:
             y = ops.reshape(y + norm_shift, shape)
+        if self.residual_scale_init is not None:
+            y = self.residual_scale * y
         return inputs + y
 
     def _folded_norm(self):
@@ -345,6 +366,7 @@ class Hamburger(keras.layers.Layer):
                 "online_rate": self.online_rate,
                 "seed": self.seed,
                 "synchronized_batch_norm": self.synchronized_batch_norm,
+                "residual_scale_init": self.residual_scale_init,
                 "norm_momentum": self.norm_momentum,
                 "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
