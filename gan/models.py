@@ -1,0 +1,98 @@
+"""SAGAN / BigGAN-family generator and projection discriminator with a kctx context block."""
+
+import keras
+
+from gan.layers import (
+    ConditionalBatchNormalization,
+    conv,
+    discriminator_block,
+    generator_block,
+    spectral_norm,
+)
+from kctx.layers import context_block
+
+CONTEXTS = ("ham_nmf", "self_attention", "none")
+
+
+def context_layer(name, channels, layer_name):
+    """The context block at a feature map of ``channels`` channels.
+
+    ``ham_nmf``: Hamburger with d = channels, r = d/8, K = 6 (Appendix E.4),
+    cross-replica BN and a residual scale σ initialised to 0;
+    ``self_attention``: SAGAN's block (C/8 keys, C/2 values, 2×2-pooled keys
+    and values, no scaling, γ = 0); any other registered name is passed through.
+    """
+    if name == "ham_nmf":
+        return context_block(
+            "ham_nmf", rank=max(1, channels // 8), steps=6, synchronized_batch_norm=True,
+            residual_scale_init=0.0, name=layer_name,
+        )
+    if name == "self_attention":
+        return context_block(
+            "self_attention", key_dim=max(1, channels // 8), value_dim=max(1, channels // 2),
+            pool_size=2, use_scale=False, name=layer_name,
+        )
+    return context_block(name, name=layer_name)
+
+
+def build_generator(config, context="ham_nmf", name="generator"):
+    """G(z, y): SN linear → 4×4 → residual up-blocks (class-conditional BN) with the
+    context block at ``config.g_context_resolution`` → BN → ReLU → SN conv → tanh."""
+    z = keras.Input((config.latent_dim,), name="z")
+    labels = keras.Input((), dtype="int32", name="labels")
+    x = spectral_norm(keras.layers.Dense(4 * 4 * config.base_channels, name="g_linear"))(z)
+    x = keras.layers.Reshape((4, 4, config.base_channels))(x)
+    resolution = 4
+    for index, channels in enumerate(config.generator_channels):
+        x = generator_block(x, labels, channels, config.num_classes, name=f"g_block{index}")
+        resolution *= 2
+        if resolution == config.g_context_resolution:
+            x = context_layer(context, channels, "g_context")(x)
+    x = ConditionalBatchNormalization(None, name="g_bn_out")(x)
+    x = keras.layers.ReLU()(x)
+    x = conv(config.image_channels, 3, "g_conv_out")(x)
+    images = keras.layers.Activation("tanh", dtype="float32", name="images")(x)
+    return keras.Model([z, labels], images, name=name)
+
+
+def build_discriminator(config, context="ham_nmf", name="discriminator"):
+    """D(x, y): residual down-blocks with the context block at
+    ``config.d_context_resolution``, ReLU, global sum pooling, SN linear plus the
+    projection ⟨embed(y), h⟩ (Miyato & Koyama 2018)."""
+    images = keras.Input((config.resolution, config.resolution, config.image_channels),
+                         name="images")
+    labels = keras.Input((), dtype="int32", name="labels")
+    x = images
+    resolution = config.resolution
+    for index, (channels, downsample) in enumerate(config.discriminator_blocks):
+        x = discriminator_block(x, channels, downsample, first=index == 0,
+                                name=f"d_block{index}")
+        if downsample:
+            resolution //= 2
+        if resolution == config.d_context_resolution and index == _first_block_at(
+            config, config.d_context_resolution
+        ):
+            x = context_layer(context, channels, "d_context")(x)
+    x = keras.layers.ReLU()(x)
+    h = keras.layers.Lambda(lambda t: keras.ops.sum(t, axis=(1, 2)), name="sum_pool")(x)
+    logit = spectral_norm(keras.layers.Dense(1, name="d_linear"))(h)
+    embedded = spectral_norm(
+        keras.layers.Embedding(config.num_classes, h.shape[-1], name="d_embedding")
+    )(labels)
+    projection = keras.layers.Dot(axes=-1, name="projection")([embedded, h])
+    scores = keras.layers.Add(name="scores")([logit, projection])
+    scores = keras.layers.Reshape((), dtype="float32", name="score")(scores)
+    return keras.Model([images, labels], scores, name=name)
+
+
+def _first_block_at(config, resolution):
+    """Index of the first D block whose output has ``resolution``."""
+    current = config.resolution
+    for index, (_, downsample) in enumerate(config.discriminator_blocks):
+        if downsample:
+            current //= 2
+        if current == resolution:
+            return index
+    raise ValueError(
+        f"{config.name}: no discriminator block outputs {resolution}×{resolution} features"
+    )

@@ -1,0 +1,191 @@
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gan.configs import CONFIGS, get_config
+from gan.data import digits_batches, in_memory_batches
+from gan.layers import ConditionalBatchNormalization, spectral_norm
+from gan.model import ConditionalGAN, hinge_discriminator_loss, hinge_generator_loss
+from gan.models import build_discriminator, build_generator
+from kctx.testing import mirrored_strategy
+
+
+def _gan(config, context="ham_nmf", g_opt=None, d_opt=None, ema_decay=None, seed=0):
+    keras.utils.set_random_seed(seed)
+    gan = ConditionalGAN(build_generator(config, context), build_discriminator(config, context),
+                         ema_decay=ema_decay, d_steps=config.d_steps)
+    gan.compile(
+        g_opt or keras.optimizers.Adam(config.g_learning_rate, config.beta_1, config.beta_2),
+        d_opt or keras.optimizers.Adam(config.d_learning_rate, config.beta_1, config.beta_2),
+    )
+    return gan
+
+
+def _random_batches(config, batch_size, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (4 * batch_size, config.resolution, config.resolution, config.image_channels)
+    images = rng.uniform(-1, 1, shape).astype("float32")
+    labels = rng.integers(0, config.num_classes, 4 * batch_size).astype("int32")
+    return in_memory_batches(images, labels, batch_size, config.latent_dim, config.num_classes,
+                             seed=seed)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_config_builds_and_takes_two_steps(name):
+    config = get_config(name, batch_size=2)
+    gan = _gan(config)
+    history = gan.fit(_random_batches(config, 2), steps_per_epoch=2, epochs=1, verbose=0).history
+    for key in ("d_loss", "g_loss"):
+        assert np.isfinite(history[key][-1]), (name, history)
+    sample = gan([tf.random.normal((2, config.latent_dim)), tf.constant([0, 1])])
+    assert tuple(sample.shape) == (2, config.resolution, config.resolution, config.image_channels)
+    assert float(tf.reduce_max(tf.abs(sample))) <= 1.0
+
+
+def test_sagan_128_sizes():
+    config = get_config("imagenet128_hamgan_baby")
+    assert (config.batch_size, config.g_learning_rate, config.d_learning_rate,
+            config.beta_1, config.d_steps) == (256, 1e-4, 4e-4, 0.0, 1)
+    assert get_config("imagenet128_hamgan_strong").batch_size == 1024
+    g, d = build_generator(config), build_discriminator(config)
+    # The ham sits at 32×32: d = 4·64 = 256 channels in G, 2·64 = 128 in D, r = d / 8.
+    assert g.get_layer("g_context").rank == 32 and d.get_layer("d_context").rank == 16
+    assert g.get_layer("g_context").output.shape[1:3] == (32, 32)
+    assert d.get_layer("d_context").output.shape[1:3] == (32, 32)
+    with pytest.raises(ValueError, match="Unknown GAN config 'imagenet64'"):
+        get_config("imagenet64")
+
+
+@pytest.mark.parametrize(
+    "context,ham_init",
+    [("none", None), ("self_attention", None), ("ham_nmf", "fixed")],
+)
+def test_one_step_on_two_replicas_equals_one_replica(context, ham_init, monkeypatch):
+    # Random ham dictionaries are drawn per replica, so the ham case uses fixed bases.
+    if ham_init:
+        import gan.models
+
+        original = gan.models.context_block
+        def fixed_bases(block, /, **kwargs):
+            if block.startswith("ham"):
+                kwargs.update(init=ham_init, seed=0)
+            return original(block, **kwargs)
+
+        monkeypatch.setattr(gan.models, "context_block", fixed_bases)
+    config = get_config("digits", batch_size=8)
+    sgd = lambda: keras.optimizers.SGD(0.01)  # noqa: E731 - linear in the gradient
+    single = _gan(config, context, sgd(), sgd(), ema_decay=0.5)
+    initial = single.get_weights()
+    single.fit(digits_batches(8, config.latent_dim, seed=3), steps_per_epoch=1, verbose=0)
+    with mirrored_strategy(2).scope():
+        multi = _gan(config, context, sgd(), sgd(), ema_decay=0.5)
+        multi.set_weights(initial)
+    multi.fit(digits_batches(8, config.latent_dim, seed=3), steps_per_epoch=1, verbose=0)
+    for net in ("generator", "discriminator", "ema_generator"):
+        for a, b in zip(getattr(single, net).variables, getattr(multi, net).variables):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=f"{net} {a.path}")
+
+
+def test_generator_and_discriminator_compile_with_xla():
+    config = get_config("digits", batch_size=4)
+    gan = _gan(config)
+    z, labels = tf.random.normal((4, config.latent_dim)), tf.constant([0, 1, 2, 3])
+    images = tf.function(lambda z, y: gan.generator([z, y], training=True), jit_compile=True)(
+        z, labels)
+    scores = tf.function(lambda x, y: gan.discriminator([x, y], training=True),
+                         jit_compile=True)(images, labels)
+    assert images.shape == (4, 32, 32, 1) and scores.shape == (4,)
+    gan.compile(gan.g_optimizer, gan.d_optimizer, jit_compile=True)
+    history = gan.fit(digits_batches(4, config.latent_dim), steps_per_epoch=2, verbose=0).history
+    assert np.isfinite(history["d_loss"][-1])
+
+
+def test_spectral_norm_keeps_discriminator_layers_near_one():
+    config = get_config("digits", batch_size=16)
+    gan = _gan(config)
+    gan.fit(digits_batches(16, config.latent_dim), steps_per_epoch=5, verbose=0)
+    normalized = [layer for layer in gan.discriminator.layers if hasattr(layer, "vector_u")]
+    assert len(normalized) >= 8
+    for layer in normalized:
+        kernel = getattr(layer.layer, "kernel", None)
+        kernel = (kernel if kernel is not None else layer.layer.embeddings).numpy()
+        sigma = np.linalg.svd(kernel.reshape(-1, kernel.shape[-1]), compute_uv=False)[0]
+        assert abs(sigma - 1.0) < 0.1, (layer.name, sigma)
+
+
+def test_spectral_norm_on_embedding_keeps_float_outputs_and_gradients():
+    embedding = spectral_norm(keras.layers.Embedding(10, 4, name="emb"))
+    labels = tf.constant([1, 2])
+    with tf.GradientTape() as tape:
+        out = embedding(labels, training=True)
+        loss = tf.reduce_sum(out)
+    assert out.dtype == tf.float32 and np.any(out.numpy() != np.round(out.numpy()))
+    assert all(g is not None for g in tape.gradient(loss, embedding.trainable_variables))
+
+
+def test_hinge_losses():
+    real, fake = np.array([2.0, 0.5, -1.0]), np.array([-2.0, 0.0, 3.0])
+    expected_d = np.mean(np.maximum(0, 1 - real)) + np.mean(np.maximum(0, 1 + fake))
+    assert float(hinge_discriminator_loss(real, fake)) == pytest.approx(expected_d)
+    assert float(hinge_generator_loss(fake)) == pytest.approx(-np.mean(fake))
+
+
+def test_conditional_batch_norm_matches_numpy_and_replicas():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 3, 3, 4)).astype("float32") * 2 + 1
+    labels = np.array([0, 1, 2, 0, 1, 2, 0, 1], "int32")
+    layer = ConditionalBatchNormalization(3, epsilon=1e-5)
+    layer.build(x.shape)
+    layer.gamma.assign(rng.uniform(0.5, 1.5, (3, 4)))
+    layer.beta.assign(rng.standard_normal((3, 4)))
+    mean, var = x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))
+    expected = ((x - mean) / np.sqrt(var + 1e-5) * layer.gamma.numpy()[labels][:, None, None]
+                + layer.beta.numpy()[labels][:, None, None])
+    np.testing.assert_allclose(layer(x, labels, training=True), expected, rtol=1e-5, atol=1e-5)
+    # Two replicas with half the batch each normalise with the global-batch moments.
+    strategy = mirrored_strategy(2)
+    with strategy.scope():
+        synced = ConditionalBatchNormalization(3, epsilon=1e-5)
+        synced.build(x.shape)
+        synced.set_weights(layer.get_weights())
+    data = tf.data.Dataset.from_tensor_slices((x, labels)).batch(8)
+    batch = next(iter(strategy.experimental_distribute_dataset(data)))
+    out = strategy.run(lambda a, b: synced(a, b, training=True), args=batch)
+    np.testing.assert_allclose(np.concatenate(strategy.experimental_local_results(out)),
+                               expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ema_generator_tracks_the_generator():
+    config = get_config("digits", batch_size=4)
+    gan = _gan(config, "none", ema_decay=0.75)
+    before = [v.numpy().copy() for v in gan.generator.variables]
+    gan.fit(digits_batches(4, config.latent_dim), steps_per_epoch=1, verbose=0)
+    for source, ema, old in zip(gan.generator.variables, gan.ema_generator.variables, before):
+        expected = 0.75 * old + 0.25 * source.numpy() if source.trainable else source.numpy()
+        np.testing.assert_allclose(ema.numpy(), expected, rtol=1e-5, atol=1e-6)
+    z, y = tf.random.normal((2, config.latent_dim)), tf.constant([3, 4])
+    np.testing.assert_allclose(gan([z, y]), gan.ema_generator([z, y], training=False))
+
+
+def test_in_memory_batches_are_a_function_of_seed_and_step():
+    config = get_config("digits")
+    first = list(digits_batches(8, config.latent_dim, seed=5).take(4))
+    again = digits_batches(8, config.latent_dim, seed=5)
+    iter(again)  # an extra iterator (as Keras makes under a strategy) changes nothing
+    for a, b in zip(first, again.take(4)):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    resumed = next(iter(digits_batches(8, config.latent_dim, seed=5, start_step=3)))
+    for key in resumed:
+        np.testing.assert_array_equal(resumed[key], first[3][key])
+    other = next(iter(digits_batches(8, config.latent_dim, seed=6)))
+    assert not np.array_equal(other["images"], first[0]["images"])
+    # One epoch visits every example once (1,797 // 64 full batches).
+    epoch = list(digits_batches(64, config.latent_dim, seed=1).take(1797 // 64))
+    labels = np.concatenate([b["labels"] for b in epoch])
+    assert len(labels) == 28 * 64 and set(np.unique(labels)) == set(range(10))
+    assert first[0]["images"].shape == (8, 32, 32, 1) and first[0]["z_d"].shape == (8, 64)
+    assert dataclasses.asdict(config)["resolution"] == 32
