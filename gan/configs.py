@@ -32,6 +32,7 @@ class GANConfig:
     beta_2: float = 0.9
     d_steps: int = 1
     ema_decay: float | None = None
+    ema_start: int = 0
     steps: int = 1000
     sample_every: int = 500
     checkpoint_every: int = 500
@@ -57,7 +58,7 @@ def _sagan_128(name, batch_size):
                               (16 * ch, True), (16 * ch, False)),
         g_context_resolution=32, d_context_resolution=32,
         batch_size=batch_size, g_learning_rate=1e-4, d_learning_rate=4e-4,
-        beta_1=0.0, beta_2=0.9, d_steps=1, ema_decay=0.9999, steps=1_000_000,
+        beta_1=0.0, beta_2=0.9, d_steps=1, ema_decay=0.9999, ema_start=20_000, steps=1_000_000,
         sample_every=5000, checkpoint_every=5000,
     )
 
@@ -71,7 +72,9 @@ CONFIGS = {
         discriminator_blocks=((32, True), (64, True), (64, False)),
         g_context_resolution=32, d_context_resolution=16,
         batch_size=64, g_learning_rate=2e-4, d_learning_rate=4e-4,
-        beta_1=0.0, beta_2=0.9, ema_decay=0.999, steps=3000, sample_every=500,
+        # No EMA: a 10-minute run is too short for one (the average would still
+        # hold early weights, and G's batch-norm statistics would not match it).
+        beta_1=0.0, beta_2=0.9, ema_decay=None, steps=1500, sample_every=500,
         checkpoint_every=500,
     ),
     # SNGAN/BigGAN-style CIFAR-10 (32×32).
@@ -81,7 +84,8 @@ CONFIGS = {
         discriminator_blocks=((128, True), (128, True), (128, False), (128, False)),
         g_context_resolution=32, d_context_resolution=16,
         batch_size=64, g_learning_rate=1e-4, d_learning_rate=4e-4,
-        beta_1=0.0, beta_2=0.9, ema_decay=0.9999, steps=100_000, sample_every=2000,
+        beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
+        sample_every=2000,
         checkpoint_every=2000,
     ),
     # HamGAN-baby: SAGAN architecture and training (batch 256, TTUR 1e-4 / 4e-4, Adam β₁ = 0).

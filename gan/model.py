@@ -31,6 +31,10 @@ class ConditionalGAN(keras.Model):
         discriminator: ``keras.Model`` mapping ``[images, labels]`` to scores (B,).
         ema_decay: keep an exponential moving average of G's weights (BigGAN)
             in ``ema_generator``, used by ``call`` at inference; None disables it.
+            Batch-norm statistics and SN vectors are copied from G.
+        ema_start: G step from which the average starts; before it the EMA
+            generator equals G (BigGAN starts at 20k steps, so early weights do
+            not linger in the average).
         d_steps: discriminator steps per generator step (all on the same batch).
 
     Call arguments:
@@ -38,11 +42,13 @@ class ConditionalGAN(keras.Model):
         training: ``False`` samples with the EMA generator when there is one.
     """
 
-    def __init__(self, generator, discriminator, ema_decay=None, d_steps=1, **kwargs):
+    def __init__(self, generator, discriminator, ema_decay=None, ema_start=0, d_steps=1,
+                 **kwargs):
         super().__init__(**kwargs)
         self.generator = generator
         self.discriminator = discriminator
         self.ema_decay = ema_decay
+        self.ema_start = int(ema_start)
         self.d_steps = int(d_steps)
         self.ema_generator = None
         if ema_decay is not None:
@@ -107,7 +113,8 @@ class ConditionalGAN(keras.Model):
 
     def _update_ema(self):
         """Trainable weights: EMA; the rest (BN statistics, SN vectors): copied."""
-        decay = self.ema_decay
+        started = ops.cast(self.g_optimizer.iterations > self.ema_start, "float32")
+        decay = started * self.ema_decay
         for ema, weight in zip(self.ema_generator.variables, self.generator.variables):
             if weight.trainable:
                 ema.assign(decay * ema + (1.0 - decay) * weight)
@@ -134,6 +141,7 @@ class ConditionalGAN(keras.Model):
             "generator": keras.saving.serialize_keras_object(self.generator),
             "discriminator": keras.saving.serialize_keras_object(self.discriminator),
             "ema_decay": self.ema_decay,
+            "ema_start": self.ema_start,
             "d_steps": self.d_steps,
             "name": self.name,
         }

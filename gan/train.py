@@ -21,16 +21,13 @@ from gan.model import ConditionalGAN
 from gan.models import CONTEXTS, build_discriminator, build_generator
 from kctx.distribute import get_strategy
 
-DEFAULT_STEPS = {"digits": 1500}
-
-
 def build_gan(config, context, strategy=None):
     """G, D, EMA and both Adam optimizers (TTUR), created in the strategy scope."""
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         gan = ConditionalGAN(
             build_generator(config, context), build_discriminator(config, context),
-            ema_decay=config.ema_decay, d_steps=config.d_steps,
+            ema_decay=config.ema_decay, ema_start=config.ema_start, d_steps=config.d_steps,
         )
         gan.compile(
             keras.optimizers.Adam(config.g_learning_rate, config.beta_1, config.beta_2),
@@ -99,6 +96,11 @@ def evaluate_generator(generator, config, num_samples, seed=0, batch_size=200):
     }
 
 
+def sampling_generator(gan):
+    """The EMA generator when the run keeps one (BigGAN), else the generator."""
+    return gan.ema_generator if gan.ema_generator is not None else gan.generator
+
+
 def checkpoint_variables(gan):
     """Every variable a resume needs, as ordered lists per object.
 
@@ -135,7 +137,7 @@ class _Samples(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         step = (epoch + 1) * self.steps_per_epoch
         if step // self.every > (step - self.steps_per_epoch) // self.every:
-            generator = self.gan.ema_generator or self.gan.generator
+            generator = sampling_generator(self.gan)
             sample_grid(generator, self.config, self.directory / f"samples_{step:07d}.png",
                         seed=self.seed)
 
@@ -158,7 +160,7 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
     if context not in CONTEXTS:
         raise ValueError(f"Unknown `context`: expected one of {CONTEXTS}. Received: {context!r}")
     config = get_config(config, batch_size=batch_size)
-    steps = int(steps or DEFAULT_STEPS.get(config.name, config.steps))
+    steps = int(steps or config.steps)
     model_dir = pathlib.Path(model_dir or f"runs/{config.name}-{context}-seed{seed}")
     model_dir.mkdir(parents=True, exist_ok=True)
     strategy = get_strategy(tpu, log=log)
@@ -193,7 +195,7 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
             epochs=steps // steps_per_epoch, initial_epoch=start // steps_per_epoch,
             callbacks=callbacks, verbose=verbose, shuffle=False,
         )
-    generator = gan.ema_generator or gan.generator
+    generator = sampling_generator(gan)
     grid = sample_grid(generator, config, model_dir / "samples_final.png", seed=seed)
     generator.save(model_dir / "generator.keras")
     results = {"config": config.name, "context": context, "steps": steps, "seed": seed,
