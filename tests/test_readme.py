@@ -18,7 +18,7 @@ def test_exactly_two_setup_commands_and_ci_runs_the_second():
     commands = [b.strip() for b in _blocks("bash")]
     assert len(commands) == 2, commands
     assert all("\n" not in c for c in commands)
-    assert "kctx.bench table3" in commands[0]
+    assert "gan.train" in commands[0]
     assert "pytest" in commands[1]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
