@@ -159,6 +159,10 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
     """
     if context not in CONTEXTS:
         raise ValueError(f"Unknown `context`: expected one of {CONTEXTS}. Received: {context!r}")
+    try:  # checked before training, not when the first sample grid is written
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        raise ImportError("gan.train writes sample grids with Pillow: pip install 'kctx[gan]'")
     config = get_config(config, batch_size=batch_size)
     steps = int(steps or config.steps)
     model_dir = pathlib.Path(model_dir or f"runs/{config.name}-{context}-seed{seed}")
