@@ -11,7 +11,8 @@ class GANConfig:
     → … → resolution); ``discriminator_blocks`` are D's (channels, downsample)
     residual blocks. The context block sits after the G block that outputs
     ``g_context_resolution`` and after the D block that outputs
-    ``d_context_resolution``.
+    ``d_context_resolution``. ``train_split`` / ``eval_split`` name the
+    dataset splits trained on and compared against for FID.
     """
 
     name: str
@@ -36,6 +37,8 @@ class GANConfig:
     steps: int = 1000
     sample_every: int = 500
     checkpoint_every: int = 500
+    train_split: str = "train"
+    eval_split: str = "train"
 
     def __post_init__(self):
         expected = self.resolution // 4
@@ -59,7 +62,7 @@ def _sagan_128(name, batch_size):
         g_context_resolution=32, d_context_resolution=32,
         batch_size=batch_size, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, d_steps=1, ema_decay=0.9999, ema_start=20_000, steps=1_000_000,
-        sample_every=5000, checkpoint_every=5000,
+        sample_every=5000, checkpoint_every=5000, eval_split="validation",
     )
 
 
@@ -75,7 +78,7 @@ CONFIGS = {
         # No EMA: a 10-minute run is too short for one (the average would still
         # hold early weights, and G's batch-norm statistics would not match it).
         beta_1=0.0, beta_2=0.9, ema_decay=None, steps=1500, sample_every=500,
-        checkpoint_every=500,
+        checkpoint_every=500, train_split="all", eval_split="all",
     ),
     # SNGAN/BigGAN-style CIFAR-10 (32×32).
     "cifar10": GANConfig(
@@ -87,6 +90,17 @@ CONFIGS = {
         beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
         sample_every=2000,
         checkpoint_every=2000,
+    ),
+    # CelebA at 64×64 (central 178×178 square, antialiased resize), unconditional
+    # (one class); the context block at 32×32 in both nets.
+    "celeba64": GANConfig(
+        name="celeba64", dataset="celeb_a", resolution=64, image_channels=3, num_classes=1,
+        latent_dim=128, base_channels=512, generator_channels=(512, 256, 128, 64),
+        discriminator_blocks=((64, True), (128, True), (256, True), (512, True), (512, False)),
+        g_context_resolution=32, d_context_resolution=32,
+        batch_size=64, g_learning_rate=1e-4, d_learning_rate=4e-4,
+        beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
+        sample_every=2000, checkpoint_every=2000,
     ),
     # HamGAN-baby: SAGAN architecture and training (batch 256, TTUR 1e-4 / 4e-4, Adam β₁ = 0).
     "imagenet128_hamgan_baby": _sagan_128("imagenet128_hamgan_baby", batch_size=256),

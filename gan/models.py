@@ -18,14 +18,16 @@ def context_layer(name, channels, layer_name):
     """The context block at a feature map of ``channels`` channels.
 
     ``ham_nmf``: Hamburger with d = channels, r = d/8, K = 6 (Appendix E.4),
-    cross-replica BN and a residual scale σ initialised to 0;
+    cross-replica BN and a residual scale σ initialised to 0; fresh random
+    bases every training step and one fixed seeded draw at inference, so a
+    trained generator samples reproducibly (and equals its reloaded copy);
     ``self_attention``: SAGAN's block (C/8 keys, C/2 values, 2×2-pooled keys
     and values, no scaling, γ = 0); any other registered name is passed through.
     """
     if name == "ham_nmf":
         return context_block(
             "ham_nmf", rank=max(1, channels // 8), steps=6, synchronized_batch_norm=True,
-            residual_scale_init=0.0, name=layer_name,
+            residual_scale_init=0.0, seed=0, name=layer_name,
         )
     if name == "self_attention":
         return context_block(

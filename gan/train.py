@@ -16,7 +16,8 @@ import keras
 import tensorflow as tf
 
 from gan.configs import CONFIGS, get_config
-from gan.data import digits_batches
+from gan.data import add_data_arguments, training_batches
+from gan.evaluate import evaluate_generator, format_result
 from gan.model import ConditionalGAN
 from gan.models import CONTEXTS, build_discriminator, build_generator
 from kctx.distribute import get_strategy
@@ -36,16 +37,6 @@ def build_gan(config, context, strategy=None):
     return gan
 
 
-def training_batches(config, seed, start_step):
-    if config.dataset == "digits":
-        return digits_batches(config.batch_size, config.latent_dim, config.num_classes,
-                              seed=seed, start_step=start_step)
-    raise ValueError(
-        f"The {config.name!r} config trains on {config.dataset!r}, whose pipeline is not in "
-        "this release yet; configs with a data pipeline: digits."
-    )
-
-
 def sample_grid(generator, config, path, seed=0, per_class=10):
     """Save a PNG grid: one column per class (up to 10), ``per_class`` rows."""
     classes = min(config.num_classes, 10)
@@ -58,42 +49,6 @@ def sample_grid(generator, config, path, seed=0, per_class=10):
     grid = grid.transpose(0, 2, 1, 3, 4).reshape(per_class * size, classes * size, channels)
     keras.utils.save_img(str(path), grid, scale=False)
     return path
-
-
-def evaluate_generator(generator, config, num_samples, seed=0, batch_size=200):
-    """FCD / FID and classifier score of ``generator`` against the real data."""
-    from kctx.metrics import ClassifierScore, FrechetInceptionDistance
-
-    if config.dataset != "digits":
-        raise ValueError(f"Evaluation data for {config.dataset!r} is not in this release yet.")
-    from kctx.data import digits
-
-    real, _ = digits("all", image_size=config.resolution)
-    metric = FrechetInceptionDistance("digits_classifier", value_range=(-1, 1))
-    score = ClassifierScore(config.num_classes)
-    for start in range(0, len(real), batch_size):
-        metric.update_state(real[start:start + batch_size], None)
-    produced = 0
-    step = 0
-    while produced < num_samples:
-        n = min(batch_size, num_samples - produced)
-        keys = tf.random.experimental.stateless_split([seed, 1000 + step], 2)
-        z = tf.random.stateless_normal((n, config.latent_dim), keys[0])
-        labels = tf.random.stateless_uniform((n,), keys[1], 0, config.num_classes, tf.int32)
-        fake = generator([z, labels], training=False)
-        metric.update_state(None, fake)
-        score.update_state(metric.extractor.logits(
-            (keras.ops.cast(fake, "float32"))))
-        produced += n
-        step += 1
-    return {
-        "metric": metric.name,
-        "extractor": metric.extractor_name,
-        "value": float(metric.result()),
-        "classifier_score": float(score.result()),
-        "num_samples": num_samples,
-        "num_real": len(real),
-    }
 
 
 def sampling_generator(gan):
@@ -151,8 +106,14 @@ def _tensorboard(model_dir):
 
 
 def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model_dir=None,
-          tpu=None, seed=0, eval_samples=None, verbose=1, checkpoint_every=None, log=print):
+          tpu=None, seed=0, eval_samples=None, verbose=1, checkpoint_every=None, data_dir=None,
+          manual_dir=None, download=False, extractor_weights=None, log=print):
     """Train (or resume from ``model_dir``) and evaluate.
+
+    ``data_dir`` / ``manual_dir`` / ``download`` locate TFDS datasets (see
+    :func:`kctx.data.tfds_dataset`); ``eval_samples`` generated images are
+    scored at the end (default 2,000 on digits, 10,000 otherwise; 0 skips),
+    with ``extractor_weights`` for InceptionV3 when not in the Keras cache.
 
     Returns a dict with the run's results (also written to results.json) and
     the trained ``ConditionalGAN`` under ``"model"``.
@@ -195,7 +156,7 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
         if board is not None:
             callbacks.append(board)
         gan.fit(
-            training_batches(config, seed, start), steps_per_epoch=steps_per_epoch,
+            training_batches(config, seed, start, data_dir, manual_dir, download), steps_per_epoch=steps_per_epoch,
             epochs=steps // steps_per_epoch, initial_epoch=start // steps_per_epoch,
             callbacks=callbacks, verbose=verbose, shuffle=False,
         )
@@ -204,15 +165,21 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
     generator.save(model_dir / "generator.keras")
     results = {"config": config.name, "context": context, "steps": steps, "seed": seed,
                "samples": str(grid), "model_dir": str(model_dir)}
-    if eval_samples != 0 and config.dataset == "digits":
-        evaluation = evaluate_generator(generator, config, eval_samples or 2000, seed=seed)
-        results.update(evaluation)
-        log(f"{evaluation['metric'].upper()} ({evaluation['extractor']}, "
-            f"{evaluation['num_samples']} generated vs {evaluation['num_real']} real): "
-            f"{evaluation['value']:.3f}; classifier score {evaluation['classifier_score']:.3f}")
-        if board is not None:
-            with tf.summary.create_file_writer(str(model_dir / "logs" / "eval")).as_default():
-                tf.summary.scalar(evaluation["metric"], evaluation["value"], step=steps)
+    if eval_samples != 0:
+        default_samples = 2000 if config.dataset == "digits" else 10_000
+        try:
+            evaluation = evaluate_generator(
+                generator, config, eval_samples or default_samples, seed=seed,
+                extractor_weights=extractor_weights, data_dir=data_dir, manual_dir=manual_dir)
+        except RuntimeError as error:  # the InceptionV3 weights are not available offline
+            log(f"evaluation skipped: {error}")
+            results["evaluation_error"] = str(error)
+        else:
+            results.update(evaluation)
+            log(format_result(evaluation))
+            if board is not None:
+                with tf.summary.create_file_writer(str(model_dir / "logs" / "eval")).as_default():
+                    tf.summary.scalar(evaluation["metric"], evaluation["value"], step=steps)
     (model_dir / "results.json").write_text(json.dumps(results, indent=2))
     log(f"samples: {grid}")
     results["model"] = gan
@@ -231,9 +198,13 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-samples", type=int, help="generated samples for FCD (0: skip)")
     parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
+    add_data_arguments(parser)
+    parser.add_argument("--extractor-weights", help="InceptionV3 weights file for the final FID")
     args = parser.parse_args(argv)
     train(args.config, args.context, args.steps, args.batch_size, args.model_dir, args.tpu,
-          args.seed, args.eval_samples, args.verbose)
+          args.seed, args.eval_samples, args.verbose, data_dir=args.data_dir,
+          manual_dir=args.manual_dir, download=args.download,
+          extractor_weights=args.extractor_weights)
     return 0
 
 

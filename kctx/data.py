@@ -4,6 +4,8 @@
 the scikit-learn wheel, so kctx's default workflows run offline.
 """
 
+import pathlib
+
 import numpy as np
 
 DIGITS_TRAIN_FRACTION = 0.8
@@ -43,3 +45,64 @@ def digits(split="train", image_size=32):
         images = tf.image.resize(images, (image_size, image_size), method="bilinear").numpy()
         images = np.clip(images, -1.0, 1.0).astype("float32")
     return images, labels
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset is neither prepared locally nor obtainable here (offline, no manual files)."""
+
+
+# What a TFDS dataset needs beyond `tfds build NAME` when it cannot be downloaded.
+_MANUAL_FILES = {
+    "imagenet2012": "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (from image-net.org)",
+}
+
+
+def tfds_dataset(name, split, data_dir=None, manual_dir=None, download=False, decoders=None):
+    """A split of a TensorFlow Datasets dataset, prepared locally or with one clear error.
+
+    Args:
+        name: TFDS name, e.g. ``"cifar10"``, ``"celeb_a"``, ``"imagenet2012"``.
+        split: TFDS split string, e.g. ``"train"``.
+        data_dir: TFDS data directory (default ``$TFDS_DATA_DIR`` or
+            ``~/tensorflow_datasets``).
+        manual_dir: where manually downloaded archives are (ImageNet); default
+            ``<data_dir>/downloads/manual``.
+        download: when the dataset is not prepared, download and prepare it
+            (needs network, or the archives in ``manual_dir``). Off by default:
+            offline, TFDS retries for minutes before failing.
+        decoders: passed to ``as_dataset`` (e.g. ``{"image": tfds.decode.SkipDecoding()}``).
+
+    Returns:
+        ``(dataset, info)``: the ``tf.data.Dataset`` of feature dicts (files
+        read in a fixed order) and the builder's ``DatasetInfo``.
+
+    Raises:
+        DatasetNotFoundError: naming the dataset, the directory it was looked
+            for in and how to provide it.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise ImportError(
+            f"Dataset {name!r} is read with TensorFlow Datasets: pip install 'kctx[datasets]'"
+        ) from error
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+        root = getattr(builder, "_data_dir_root", None) or pathlib.Path(builder.data_dir).parents[1]
+        manual = manual_dir or str(pathlib.Path(root) / "downloads" / "manual")
+        needs = _MANUAL_FILES.get(name)
+        how = (f"put {needs} in {manual} (manual_dir / --manual-dir) and prepare it with "
+               "download=True / --download" if needs else
+               f"prepare it on a machine with network (`tfds build {name} --data_dir DIR`, or "
+               "download=True / --download) and copy DIR here, or pass its data_dir / --data-dir")
+        message = f"Dataset {name!r} is not prepared in {builder.data_dir}: {how}."
+        if not download:
+            raise DatasetNotFoundError(message)
+        try:
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(manual_dir=manual))
+        except Exception as error:  # noqa: BLE001 - network / archive errors vary
+            raise DatasetNotFoundError(
+                f"{message} Preparing it failed: {type(error).__name__}: {error}") from error
+    dataset = builder.as_dataset(split=split, shuffle_files=False, decoders=decoders)
+    return dataset, builder.info

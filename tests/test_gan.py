@@ -41,7 +41,8 @@ def test_every_config_builds_and_takes_two_steps(name):
     history = gan.fit(_random_batches(config, 2), steps_per_epoch=2, epochs=1, verbose=0).history
     for key in ("d_loss", "g_loss"):
         assert np.isfinite(history[key][-1]), (name, history)
-    sample = gan([tf.random.normal((2, config.latent_dim)), tf.constant([0, 1])])
+    labels = tf.constant([0, 1]) % config.num_classes  # celeba64 has a single class
+    sample = gan([tf.random.normal((2, config.latent_dim)), labels])
     assert tuple(sample.shape) == (2, config.resolution, config.resolution, config.image_channels)
     assert float(tf.reduce_max(tf.abs(sample))) <= 1.0
 
@@ -210,6 +211,16 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
     for opt in ("g_optimizer", "d_optimizer"):
         assert int(getattr(resumed, opt).iterations.numpy()) == 4
     assert (tmp_path / "resumed" / "samples_final.png").exists()
+    # gan.evaluate rebuilds G from run.json and restores it from the newest checkpoint.
+    from gan.evaluate import load_generator
+
+    generator, config, source = load_generator(tmp_path / "resumed")
+    assert "ckpt-4" in source and "(generator)" in source and config.name == "digits"
+    for a, b in zip(generator.variables, resumed.generator.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    z, labels = tf.random.normal((3, config.latent_dim)), tf.constant([0, 5, 9])
+    np.testing.assert_allclose(generator([z, labels], training=False),
+                               resumed.generator([z, labels], training=False), atol=1e-6)
 
 
 def test_train_cli_runs_and_reports_fcd(tmp_path):
@@ -227,3 +238,31 @@ def test_train_cli_runs_and_reports_fcd(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["metric"] == "fcd" and results["value"] > 0
     assert (tmp_path / "samples_final.png").exists() and (tmp_path / "generator.keras").exists()
+
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "gan.evaluate", "--model-dir", str(tmp_path), "--num-samples",
+         "200", "--output", str(tmp_path / "eval.json")],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "FCD (digits_classifier, 200 generated vs 1797 real)" in evaluated.stdout
+    evaluation = json.loads((tmp_path / "eval.json").read_text())
+    # Same generator, same seed, same samples: the score train printed.
+    assert evaluation["value"] == pytest.approx(results["value"], rel=1e-6)
+    assert evaluation["classifier_score"] == pytest.approx(results["classifier_score"], rel=1e-6)
+
+
+def test_tensorboard_scalars_for_losses_and_fcd(tmp_path):
+    pytest.importorskip("tensorboard")
+    from gan.train import train
+
+    train("digits", "none", steps=2, batch_size=4, model_dir=tmp_path, eval_samples=150,
+          verbose=0, checkpoint_every=1, log=lambda *_: None)
+    tags = {}
+    for event_file in (tmp_path / "logs").rglob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(event_file)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(event.step)
+    assert {"epoch_d_loss", "epoch_g_loss", "fcd"} <= set(tags), sorted(tags)
+    assert tags["epoch_d_loss"] == [0, 1] and tags["fcd"] == [2]

@@ -2,8 +2,6 @@ import json
 import subprocess
 import sys
 
-import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -6,8 +6,7 @@ allocator peak memory), then compared with self-attention measured in the
 same run and with the roofline 2·MACs / (measured fp32 matmul peak).
 """
 
-import json
-
+from kctx.bench import report
 from kctx.profile import matmul_peak_gflops, profile_layer
 
 # Paper, Table 3, input 1×512×128×128 (GPU: NVIDIA TITAN Xp). Params are in
@@ -130,13 +129,7 @@ def main(args):
         methods=args.methods,
         jit_compile=args.jit_compile,
     )
-    print()
-    print(format_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
-        print(f"\nwrote {args.json}")
-    return rows
+    return report(rows, format_table(rows), args.json)
 
 
 def add_arguments(parser):
