@@ -63,3 +63,8 @@ def check_image_input(layer_name, input_shape):
             f"Received: input_shape={tuple(input_shape)}"
         )
     return int(input_shape[-1])
+
+
+def check_optional_number(name, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"`{name}` must be a number or None. Received: {name}={value!r}")

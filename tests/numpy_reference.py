@@ -93,3 +93,64 @@ def self_attention(X, Wq, Wk, Wv, Wo, gamma, scale=True):
     A = np.exp(S)
     A = A / A.sum(axis=1, keepdims=True)
     return X + gamma * (A @ V @ Wo)
+
+
+# --- Kronecker Attention Networks (Gao, Wang & Ji, KDD 2020), paper orientation ---
+# Matrices are (features × vectors): Q ∈ R^{d×m}, K ∈ R^{d×n}, V ∈ R^{p×n}.
+
+
+def attn(Q, K, V, score_fn=None):
+    """Sec. 2.1: O = V softmax(KᵀQ), column-wise softmax (over keys), no scaling."""
+    E = K.T @ Q  # n × m
+    if score_fn is not None:
+        E = score_fn(E)
+    return V @ softmax_columns(E)
+
+
+def kronecker_c(X):
+    """Eq. 1: H = mean over the h horizontal slices (w×c), L = mean over the w lateral
+    slices (h×c); C = [Hᵀ, Lᵀ] ∈ R^{c×(w+h)}."""
+    H = X.mean(axis=0)
+    L = X.mean(axis=1)
+    return np.concatenate([H.T, L.T], axis=1)
+
+
+def mode3_unfold(X):
+    """Fig. 1: c × hw, column i·w + j is the fiber X[i, j, :]."""
+    h, w, c = X.shape
+    return X.reshape(h * w, c).T
+
+
+def kao(X, mode, num_heads=1, Wq=None, Wk=None, Wv=None, score_fn=None):
+    """KAO_KV (Eq. 2) or KAO_QKV (Eq. 3) of one h×w×c map, heads splitting channels;
+    optional linear transforms W (c × c') applied as Wᵀ·matrix; score_fn(E, head)."""
+    h, w, c = X.shape
+    C = kronecker_c(X)
+    Q = mode3_unfold(X) if mode == "kv" else C
+    project = (lambda W, M: M if W is None else W.T @ M)
+    Q, K, V = project(Wq, Q), project(Wk, C), project(Wv, C)
+    d, p = Q.shape[0] // num_heads, V.shape[0] // num_heads
+    outs = []
+    for g in range(num_heads):
+        fn = None if score_fn is None else (lambda E, g=g: score_fn(E, g))
+        outs.append(attn(Q[g * d:(g + 1) * d], K[g * d:(g + 1) * d], V[g * p:(g + 1) * p], fn))
+    O = np.concatenate(outs, axis=0)  # p × m
+    if mode == "kv":
+        return O.T.reshape(h, w, -1)
+    Ht, Lt = O[:, :w], O[:, w:]  # p × w and p × h
+    # Frontal slice k is the outer sum of the h-vector Lt[k] and the w-vector Ht[k].
+    return Lt.T[:, None, :] + Ht.T[None, :, :]
+
+
+def attention_2d(X, num_heads=1, pool=None):
+    """Regular attention on the unfolding, K = V max-pooled by ``pool`` (Table 1)."""
+    h, w, c = X.shape
+    P = X
+    if pool is not None:
+        ph, pw = pool
+        P = X[:h // ph * ph, :w // pw * pw].reshape(h // ph, ph, w // pw, pw, c).max(axis=(1, 3))
+    Q, KV = mode3_unfold(X), mode3_unfold(P)
+    d = c // num_heads
+    O = np.concatenate([attn(Q[g * d:(g + 1) * d], KV[g * d:(g + 1) * d], KV[g * d:(g + 1) * d])
+                        for g in range(num_heads)], axis=0)
+    return O.T.reshape(h, w, c)

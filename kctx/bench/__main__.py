@@ -9,6 +9,10 @@ BENCHMARKS = {
         "kctx.bench.table3",
         "Hamburger paper, Table 3: params, MACs, memory and time of SA and the hams",
     ),
+    "kao": (
+        "kctx.bench.kao",
+        "Kronecker Attention Networks, Table 1: Attn, Attn+Pool, KAO_KV, KAO_QKV cost",
+    ),
 }
 
 

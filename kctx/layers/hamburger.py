@@ -8,6 +8,7 @@ from kctx._validation import (
     check_choice,
     check_image_input,
     check_nonnegative_float,
+    check_optional_number,
     check_positive_float,
     check_positive_int,
     standardize_data_format,
@@ -152,13 +153,7 @@ class Hamburger(keras.layers.Layer):
             raise ValueError(
                 f"`online_rate` must be in (0, 1]. Received: online_rate={online_rate!r}"
             )
-        if residual_scale_init is not None and (
-            isinstance(residual_scale_init, bool) or not isinstance(residual_scale_init, (int, float))
-        ):
-            raise ValueError(
-                "`residual_scale_init` must be a number or None. "
-                f"Received: residual_scale_init={residual_scale_init!r}"
-            )
+        check_optional_number("residual_scale_init", residual_scale_init)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
         if latent_dim is not None and latent_dim % groups:
