@@ -31,8 +31,6 @@ def real_image_batches(config, num_images, batch_size, data_dir=None, manual_dir
     dataset = gan_images(config.dataset, config.eval_split, config.resolution,
                          data_dir=data_dir, manual_dir=manual_dir, download=download)
     dataset = dataset.take(num_images).map(lambda example: example["images"])
-    if config.image_channels == 1 and config.dataset != "digits":
-        dataset = dataset.map(tf.image.rgb_to_grayscale)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 

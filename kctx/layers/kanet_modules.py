@@ -60,16 +60,16 @@ class _KANetModule(keras.layers.Layer):
 
     def build(self, input_shape):
         channels = check_image_input(type(self).__name__, input_shape)
-        chunks = self.expansion - (1 if self._concat_input or self._attention_path else 0)
-        self._expanded = chunks * channels
+        # r·c inner maps; Skip/Attn modules fill one c-chunk with the input / attention.
+        reuses_chunk = self._concat_input or self._attention_path
+        self._expanded = (self.expansion - int(reuses_chunk)) * channels
         self.expand = self.expand_norm = None
-        if self._expanded and not (self.expansion == 1 and not self._concat_input):
+        if self.expansion > 1:  # r = 1: the depthwise conv reads the input itself
             self.expand = keras.layers.Conv2D(self._expanded, 1, use_bias=False, name="expand",
                                               dtype=self.dtype_policy)
             self.expand_norm = self._norm("expand_norm")
-        elif not self._concat_input:
-            self._expanded = channels  # r = 1: the depthwise conv acts on the input itself
-        depthwise_channels = self._expanded + (channels if self._concat_input else 0)
+        depthwise_channels = channels if self.expand is None else (
+            self._expanded + (channels if self._concat_input else 0))
         self.depthwise = keras.layers.DepthwiseConv2D(3, strides=self.strides, padding="same",
                                                       use_bias=False, name="depthwise",
                                                       dtype=self.dtype_policy)
@@ -104,8 +104,8 @@ class _KANetModule(keras.layers.Layer):
         x = inputs
         if self.expand is not None:
             x = relu6(self.expand_norm(self.expand(inputs), training=training))
-        if self._concat_input:
-            x = keras.ops.concatenate([inputs, x], axis=-1) if self.expand is not None else inputs
+        if self._concat_input and self.expand is not None:
+            x = keras.ops.concatenate([inputs, x], axis=-1)
         x = relu6(self.depthwise_norm(self.depthwise(x), training=training))
         if self.attention_layer is not None:
             context = self.attention_layer(inputs, training=training)
