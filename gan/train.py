@@ -2,8 +2,10 @@
 
 With no arguments: the ``digits`` config (scikit-learn's real digits, 32×32)
 with the Hamburger NMF block, a budget of about 10 minutes on 2 CPU cores,
-then the Fréchet classifier distance (FCD) of the EMA generator and a sample
-grid PNG. Runs resume from ``--model-dir`` where they stopped.
+then the Fréchet classifier distance (FCD) of the generator and a sample
+grid PNG. Other configs read TFDS datasets (``--data-dir``, ``--download``) and
+report FID with InceptionV3; runs that keep an EMA of G sample and score with
+it. Runs resume from ``--model-dir`` where they stopped.
 """
 
 import argparse
@@ -156,8 +158,9 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
         if board is not None:
             callbacks.append(board)
         gan.fit(
-            training_batches(config, seed, start, data_dir, manual_dir, download), steps_per_epoch=steps_per_epoch,
-            epochs=steps // steps_per_epoch, initial_epoch=start // steps_per_epoch,
+            training_batches(config, seed, start, data_dir, manual_dir, download),
+            steps_per_epoch=steps_per_epoch, epochs=steps // steps_per_epoch,
+            initial_epoch=start // steps_per_epoch,
             callbacks=callbacks, verbose=verbose, shuffle=False,
         )
     generator = sampling_generator(gan)
