@@ -119,13 +119,13 @@ class GlobalAttention2D(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         query, key, value = self._query_key_value(inputs)
-        transform = None
-        if self.score_norm is not None:
-            def transform(scores):
-                return self.score_norm(scores, training=training)
+        def normalize(scores):
+            return self.score_norm(scores, training=training)
+
         out = multi_head_attention(
             self._project("query", query), self._project("key", key),
-            self._project("value", value), self.num_heads, score_transform=transform,
+            self._project("value", value), self.num_heads,
+            score_transform=normalize if self.score_norm is not None else None,
         )
         out = self._fold(out, inputs)
         if self.residual_scale_init is not None:
