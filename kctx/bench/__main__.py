@@ -13,6 +13,10 @@ BENCHMARKS = {
         "kctx.bench.kao",
         "Kronecker Attention Networks, Table 1: Attn, Attn+Pool, KAO_KV, KAO_QKV cost",
     ),
+    "kanet": (
+        "kctx.bench.kanet",
+        "Kronecker Attention Networks, Tables 2-4: params and MAdds of KANets and baselines",
+    ),
 }
 
 
