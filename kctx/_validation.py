@@ -68,3 +68,17 @@ def check_image_input(layer_name, input_shape):
 def check_optional_number(name, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ValueError(f"`{name}` must be a number or None. Received: {name}={value!r}")
+
+
+def standardize_pool_size(pool_size):
+    """None, or an int / pair of positive ints as an (int, int) tuple."""
+    if pool_size is None:
+        return None
+    pool = (pool_size, pool_size) if isinstance(pool_size, int) else tuple(pool_size)
+    if len(pool) != 2:
+        raise ValueError(
+            f"`pool_size` must be an int or a pair of ints. Received: pool_size={pool_size!r}"
+        )
+    for p in pool:
+        check_positive_int("pool_size", p)
+    return pool

@@ -9,6 +9,7 @@ from kctx._validation import (
     check_optional_number,
     check_positive_int,
     standardize_data_format,
+    standardize_pool_size,
 )
 from kctx.layers.context_block import register_context_block
 from kctx.ops.attention import multi_head_attention, unfold
@@ -211,15 +212,7 @@ class Attention2D(GlobalAttention2D):
 
     def __init__(self, pool_size=None, **kwargs):
         super().__init__(**kwargs)
-        if pool_size is not None:
-            pool = (pool_size, pool_size) if isinstance(pool_size, int) else tuple(pool_size)
-            if len(pool) != 2:
-                raise ValueError(
-                    f"`pool_size` must be an int or a pair of ints. Received: pool_size={pool_size!r}"
-                )
-            for p in pool:
-                check_positive_int("pool_size", p)
-            pool_size = pool
+        pool_size = standardize_pool_size(pool_size)
         self.pool_size = pool_size
 
     def _query_key_value(self, inputs):

@@ -7,6 +7,7 @@ from kctx._validation import (
     check_image_input,
     check_positive_int,
     standardize_data_format,
+    standardize_pool_size,
 )
 from kctx.layers.context_block import register_context_block
 
@@ -71,15 +72,7 @@ class SelfAttention2D(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_int("key_dim", key_dim, allow_none=True)
         check_positive_int("value_dim", value_dim, allow_none=True)
-        if pool_size is not None:
-            pool = (pool_size, pool_size) if isinstance(pool_size, int) else tuple(pool_size)
-            if len(pool) != 2:
-                raise ValueError(
-                    f"`pool_size` must be an int or a pair of ints. Received: pool_size={pool_size!r}"
-                )
-            for p in pool:
-                check_positive_int("pool_size", p)
-            pool_size = pool
+        pool_size = standardize_pool_size(pool_size)
         self.key_dim = key_dim
         self.value_dim = value_dim
         self.pool_size = pool_size
