@@ -10,7 +10,8 @@ run is a deterministic function of its seed.
 import numpy as np
 import tensorflow as tf
 
-from kctx.data import digits, tfds_dataset
+from kctx.data import decode_rgb, digits, indexed_batches, tfds_image_examples
+from kctx.data import streaming_batches as kctx_streaming_batches
 
 
 def _noise(step, seed, batch_size, latent_dim, num_classes):
@@ -27,85 +28,40 @@ def _noise(step, seed, batch_size, latent_dim, num_classes):
     }
 
 
+def _attach_noise(seed, batch_size, latent_dim, num_classes):
+    def attach(step, batch):
+        batch = dict(batch)
+        batch.update(_noise(step, seed, batch_size, latent_dim, num_classes))
+        return batch
+
+    return attach
+
+
 def in_memory_batches(images, labels, batch_size, latent_dim, num_classes, seed=0,
                       start_step=0):
     """Training batches from in-memory arrays; batch k is a pure function of (seed, k).
 
-    Epoch e visits the examples in the order of a stateless permutation keyed
-    on (seed, e) (the last partial batch of an epoch is dropped), so the
-    stream does not depend on how many times the dataset is iterated (Keras
-    iterates once more to build a model under a strategy) and resuming at
-    ``start_step`` starts exactly there, in O(1).
+    The images and labels of :func:`kctx.data.indexed_batches` (an exact,
+    O(1) resume at ``start_step``) with the step's noise attached.
     """
-    images = tf.constant(np.asarray(images, np.float32))
-    labels = tf.constant(np.asarray(labels, np.int32))
-    count = int(images.shape[0])
-    steps_per_epoch = count // batch_size
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"batch_size={batch_size} is larger than the dataset ({count} examples)"
-        )
-
-    def batch_at(step):
-        epoch = step // steps_per_epoch
-        position = step % steps_per_epoch
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(count), seed=tf.stack([tf.cast(seed, tf.int64) + 7919, epoch])
-        )
-        index = order[position * batch_size:(position + 1) * batch_size]
-        batch = {"images": tf.gather(images, index), "labels": tf.gather(labels, index)}
-        batch.update(_noise(step, seed, batch_size, latent_dim, num_classes))
-        return batch
-
-    dataset = tf.data.Dataset.range(start_step, 2**62)
-    return dataset.map(batch_at, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=True).prefetch(tf.data.AUTOTUNE)
-
-
-SHUFFLE_PERIOD = 64  # distinct epoch orders of a streaming pipeline; then they repeat
+    return indexed_batches(
+        {"images": np.asarray(images, np.float32), "labels": np.asarray(labels, np.int32)},
+        batch_size, seed=seed, start_step=start_step,
+        transform=_attach_noise(seed, batch_size, latent_dim, num_classes))
 
 
 def streaming_batches(examples, preprocess, num_examples, batch_size, latent_dim, num_classes,
                       seed=0, start_step=0, shuffle_buffer=10_000):
     """Training batches from a large ``tf.data`` dataset (TFDS), batch k a function of (seed, k).
 
-    Args:
-        examples: dataset of light (still encoded) examples, read in a fixed order.
-        preprocess: maps one example to ``{"images", "labels"}`` with static shapes.
-        num_examples: examples per epoch.
-
-    Epoch e is ``examples`` shuffled with a buffer whose seed is the int
-    ``seed · 1,000,003 + (e mod 64)`` (combined with the global seed, as
-    tf.data does), so every iteration of the returned dataset yields the same
-    stream, and a resume at ``start_step`` skips at most one epoch of encoded
-    records (the images are decoded after the skip).
+    :func:`kctx.data.streaming_batches` (epoch-seeded shuffles, a resume
+    that skips at most one epoch of encoded records) with the step's noise
+    attached; ``preprocess(example)`` decodes one example.
     """
-    start_epoch, offset = divmod(start_step * batch_size, num_examples)
-    # One shuffle per epoch with a Python-int seed (tf.data rejects tensor seeds
-    # once a global seed is set), built for one period and repeated.
-    order = [(start_epoch + i) % SHUFFLE_PERIOD for i in range(SHUFFLE_PERIOD)]
-    epochs = [examples.shuffle(shuffle_buffer, seed=seed * 1_000_003 + e,
-                               reshuffle_each_iteration=False) for e in order]
-    stream = _concatenate(epochs).repeat().skip(offset)
-    stream = stream.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    stream = stream.batch(batch_size, drop_remainder=True)
-
-    def attach(step, batch):
-        batch = dict(batch)
-        batch.update(_noise(step, seed, batch_size, latent_dim, num_classes))
-        return batch
-
-    stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step, 2**62), stream)
-    stream = stream.map(attach, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return stream.prefetch(tf.data.AUTOTUNE)
-
-
-def _concatenate(datasets):
-    """Concatenate as a balanced tree, so no element passes through more than log₂(n) levels."""
-    if len(datasets) == 1:
-        return datasets[0]
-    middle = len(datasets) // 2
-    return _concatenate(datasets[:middle]).concatenate(_concatenate(datasets[middle:]))
+    return kctx_streaming_batches(
+        examples, lambda index, example: preprocess(example), num_examples, batch_size,
+        seed=seed, start_step=start_step, shuffle_buffer=shuffle_buffer,
+        transform=_attach_noise(seed, batch_size, latent_dim, num_classes))
 
 
 def center_crop_resize(image, resolution):
@@ -135,29 +91,12 @@ def tfds_examples(name, split, resolution, data_dir=None, manual_dir=None, downl
     to ``resolution`` and returns ``{"images": float32 (R, R, 3) in [-1, 1],
     "labels": int32}``.
     """
-    import tensorflow_datasets as tfds
-
-    dataset, info = tfds_dataset(name, split, data_dir=data_dir, manual_dir=manual_dir,
-                                 download=download,
-                                 decoders={"image": tfds.decode.SkipDecoding()})
-
-    def light(example):
-        label = example["label"] if "label" in example else tf.zeros((), tf.int64)
-        return {"image": example["image"], "label": tf.cast(label, tf.int32)}
+    examples, num_examples = tfds_image_examples(name, split, data_dir, manual_dir, download)
 
     def preprocess(example):
-        image = tf.io.decode_image(example["image"], channels=3, expand_animations=False)
-        return {"images": center_crop_resize(image, resolution), "labels": example["label"]}
+        return {"images": center_crop_resize(decode_rgb(example["image"]), resolution),
+                "labels": example["label"]}
 
-    examples = dataset.map(light, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    try:
-        num_examples = int(info.splits[split].num_examples)
-    except (KeyError, ValueError, TypeError):
-        num_examples = 0
-    if num_examples <= 0:
-        num_examples = int(examples.cardinality())
-    if num_examples <= 0:
-        num_examples = int(examples.reduce(0, lambda count, _: count + 1))
     return examples, preprocess, num_examples
 
 
@@ -191,11 +130,3 @@ def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=Non
     return streaming_batches(examples, preprocess, num_examples, config.batch_size,
                              config.latent_dim, config.num_classes, seed=seed,
                              start_step=start_step)
-
-
-def add_data_arguments(parser):
-    """The TFDS location flags shared by ``gan.train`` and ``gan.evaluate``."""
-    parser.add_argument("--data-dir", help="TFDS data directory (cifar10, celeb_a, imagenet2012)")
-    parser.add_argument("--manual-dir", help="TFDS manual download directory (ImageNet archives)")
-    parser.add_argument("--download", action="store_true",
-                        help="download and prepare the TFDS dataset when it is not prepared")

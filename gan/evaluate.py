@@ -17,8 +17,9 @@ import keras
 import tensorflow as tf
 
 from gan.configs import get_config
-from gan.data import add_data_arguments, gan_images
+from gan.data import gan_images
 from gan.models import build_generator
+from kctx.data import add_tfds_arguments
 
 
 def default_extractor(config):
@@ -148,7 +149,7 @@ def main(argv=None):
     parser.add_argument("--extractor", choices=("digits_classifier", "inception_v3"),
                         help="default: digits_classifier for digits, else inception_v3")
     parser.add_argument("--extractor-weights", help="weights file of the extractor")
-    add_data_arguments(parser)
+    add_tfds_arguments(parser)
     parser.add_argument("--output", help="JSON file (default: MODEL_DIR/evaluation.json)")
     args = parser.parse_args(argv)
     generator, config, source = load_generator(args.model_dir, args.checkpoint,

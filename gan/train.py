@@ -10,7 +10,6 @@ it. Runs resume from ``--model-dir`` where they stopped.
 
 import argparse
 import json
-import math
 import os
 import pathlib
 
@@ -18,11 +17,13 @@ import keras
 import tensorflow as tf
 
 from gan.configs import CONFIGS, get_config
-from gan.data import add_data_arguments, training_batches
+from gan.data import training_batches
 from gan.evaluate import evaluate_generator, format_result
 from gan.model import ConditionalGAN
 from gan.models import CONTEXTS, build_discriminator, build_generator
+from kctx.data import add_tfds_arguments
 from kctx.distribute import get_strategy
+from kctx.training import StepCheckpoint, steps_per_checkpoint, tensorboard_callback
 
 def build_gan(config, context, strategy=None):
     """G, D, EMA and both Adam optimizers (TTUR), created in the strategy scope."""
@@ -59,28 +60,13 @@ def sampling_generator(gan):
 
 
 def checkpoint_variables(gan):
-    """Every variable a resume needs, as ordered lists per object.
-
-    ``tf.train.Checkpoint`` on a Keras 3 optimizer object saves its iteration
-    count but not Adam's moment slots, so the optimizers (and, for symmetry,
-    the networks) are checkpointed through their ``variables`` lists, whose
-    order Keras fixes by construction.
-    """
+    """Every variable a resume needs, as ordered lists per object (see
+    :class:`kctx.training.StepCheckpoint`)."""
     objects = {"generator": gan.generator, "discriminator": gan.discriminator,
                "g_optimizer": gan.g_optimizer, "d_optimizer": gan.d_optimizer}
     if gan.ema_generator is not None:
         objects["ema_generator"] = gan.ema_generator
     return {name: list(obj.variables) for name, obj in objects.items()}
-
-
-class _Checkpointer(keras.callbacks.Callback):
-    def __init__(self, manager, step, steps_per_epoch):
-        super().__init__()
-        self.manager, self.step, self.steps_per_epoch = manager, step, steps_per_epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.step.assign((epoch + 1) * self.steps_per_epoch)
-        self.manager.save(checkpoint_number=int(self.step.numpy()))
 
 
 class _Samples(keras.callbacks.Callback):
@@ -97,14 +83,6 @@ class _Samples(keras.callbacks.Callback):
             generator = sampling_generator(self.gan)
             sample_grid(generator, self.config, self.directory / f"samples_{step:07d}.png",
                         seed=self.seed)
-
-
-def _tensorboard(model_dir):
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return None
-    return keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch")
 
 
 def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model_dir=None,
@@ -134,24 +112,20 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
     keras.utils.set_random_seed(seed)
     gan = build_gan(config, context, strategy)
 
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-    checkpoint = tf.train.Checkpoint(step=step, **checkpoint_variables(gan))
-    manager = tf.train.CheckpointManager(checkpoint, str(model_dir / "checkpoints"), max_to_keep=2)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-        log(f"resumed from {manager.latest_checkpoint} at step {int(step.numpy())}")
-    start = int(step.numpy())
+    checkpoint = StepCheckpoint(model_dir / "checkpoints", checkpoint_variables(gan))
+    start = checkpoint.restore(log)
     (model_dir / "run.json").write_text(json.dumps(
         {"config": config.name, "context": context, "seed": seed, "steps": steps,
          "batch_size": config.batch_size}, indent=2))
 
     # Keras epochs are the checkpoint interval; a resumed run keeps its
     # checkpoint step on an epoch boundary.
-    steps_per_epoch = math.gcd(math.gcd(steps, checkpoint_every or config.checkpoint_every), start)
-    board = _tensorboard(model_dir)
+    steps_per_epoch = steps_per_checkpoint(steps, checkpoint_every or config.checkpoint_every,
+                                           start)
+    board = tensorboard_callback(model_dir / "logs")
     if start < steps:
         callbacks = [
-            _Checkpointer(manager, step, steps_per_epoch),
+            checkpoint.callback(steps_per_epoch),
             _Samples(gan, config, model_dir, min(config.sample_every, steps), steps_per_epoch,
                      seed),
         ]
@@ -201,7 +175,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-samples", type=int, help="generated samples for FCD (0: skip)")
     parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
-    add_data_arguments(parser)
+    add_tfds_arguments(parser)
     parser.add_argument("--extractor-weights", help="InceptionV3 weights file for the final FID")
     args = parser.parse_args(argv)
     train(args.config, args.context, args.steps, args.batch_size, args.model_dir, args.tpu,

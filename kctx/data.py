@@ -16,7 +16,7 @@ def digits(split="train", image_size=32):
     """Digits as float32 images in [-1, 1] and int32 labels.
 
     Args:
-        split: ``"train"`` (80%, 1,437 images), ``"test"`` (the other 360) or
+        split: ``"train"`` (80%, 1,438 images), ``"test"`` (the other 359) or
             ``"all"``; a fixed seeded permutation, so the split never changes.
         image_size: side of the returned square images (bilinear resize from
             8×8; 8 keeps the originals).
@@ -106,3 +106,150 @@ def tfds_dataset(name, split, data_dir=None, manual_dir=None, download=False, de
                 f"{message} Preparing it failed: {type(error).__name__}: {error}") from error
     dataset = builder.as_dataset(split=split, shuffle_files=False, decoders=decoders)
     return dataset, builder.info
+
+
+def tfds_image_examples(name, split, data_dir=None, manual_dir=None, download=False):
+    """A TFDS image-classification split as still-encoded examples, and its size.
+
+    Returns:
+        ``(examples, num_examples)``: ``examples`` yields ``{"image": the
+        encoded bytes, "label": int32}`` in file order (label 0 for datasets
+        without one, e.g. ``celeb_a``); decode with :func:`decode_rgb` after
+        shuffling, so shuffle buffers and skips hold bytes, not pixels.
+    """
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    dataset, info = tfds_dataset(name, split, data_dir=data_dir, manual_dir=manual_dir,
+                                 download=download,
+                                 decoders={"image": tfds.decode.SkipDecoding()})
+
+    def light(example):
+        label = example["label"] if "label" in example else tf.zeros((), tf.int64)
+        return {"image": example["image"], "label": tf.cast(label, tf.int32)}
+
+    examples = dataset.map(light, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    try:
+        num_examples = int(info.splits[split].num_examples)
+    except (KeyError, ValueError, TypeError):
+        num_examples = 0
+    if num_examples <= 0:
+        num_examples = int(examples.cardinality())
+    if num_examples <= 0:
+        num_examples = int(examples.reduce(0, lambda count, _: count + 1))
+    return examples, num_examples
+
+
+def decode_rgb(encoded):
+    """Encoded image bytes (JPEG / PNG, any channel count) → uint8 (H, W, 3)."""
+    import tensorflow as tf
+
+    return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+
+
+def _stream_seed(seed, *more):
+    import tensorflow as tf
+
+    return tf.stack([tf.cast(seed, tf.int64)] + [tf.cast(m, tf.int64) for m in more])
+
+
+def indexed_batches(arrays, batch_size, seed=0, start_step=0, transform=None):
+    """Endless training batches from in-memory arrays; batch k a pure function of (seed, k).
+
+    Epoch e visits the examples in the order of a stateless permutation keyed
+    on (seed, e) (the last partial batch of an epoch is dropped). The stream
+    therefore does not depend on how many times it is iterated (Keras iterates
+    once more to build a model under a strategy), and a resume at
+    ``start_step`` starts exactly there, in O(1).
+
+    Args:
+        arrays: dict of equally long arrays (e.g. ``{"images", "labels"}``).
+        batch_size: examples per batch (global batch under a strategy).
+        seed: the stream's seed.
+        start_step: index of the first batch.
+        transform: optional ``fn(step, batch) -> batch`` applied to each batch
+            (augmentation or noise keyed on the step, e.g. with stateless ops
+            seeded by ``(seed, step)``).
+
+    Returns:
+        A ``tf.data.Dataset`` of batches (dicts, or what ``transform`` returns).
+    """
+    import tensorflow as tf
+
+    arrays = {key: tf.constant(np.asarray(value)) for key, value in arrays.items()}
+    count = int(next(iter(arrays.values())).shape[0])
+    steps_per_epoch = count // batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"`batch_size` must not exceed the dataset's {count} examples. "
+            f"Received: batch_size={batch_size}")
+
+    def batch_at(step):
+        epoch, position = step // steps_per_epoch, step % steps_per_epoch
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(count), seed=_stream_seed(tf.cast(seed, tf.int64) + 7919, epoch))
+        index = order[position * batch_size:(position + 1) * batch_size]
+        batch = {key: tf.gather(value, index) for key, value in arrays.items()}
+        return transform(step, batch) if transform else batch
+
+    dataset = tf.data.Dataset.range(start_step, 2**62)
+    return dataset.map(batch_at, num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+SHUFFLE_PERIOD = 64  # distinct epoch orders of a streaming pipeline; then they repeat
+
+
+def streaming_batches(examples, preprocess, num_examples, batch_size, seed=0, start_step=0,
+                      shuffle_buffer=10_000, transform=None):
+    """Endless training batches from a large ``tf.data`` dataset; batch k a function of (seed, k).
+
+    Epoch e is ``examples`` shuffled with a buffer whose seed is the int
+    ``seed · 1,000,003 + (e mod 64)`` (combined with the global seed, as
+    tf.data does), so every iteration of the returned dataset yields the same
+    stream, and a resume at ``start_step`` skips at most one epoch of encoded
+    records (the images are decoded after the skip).
+
+    Args:
+        examples: dataset of light (still encoded) examples, read in a fixed order.
+        preprocess: ``fn(index, example) -> dict`` with static shapes; ``index``
+            is the example's position in the whole stream (int64), so random
+            augmentation can use stateless ops keyed on ``(seed, index)`` and
+            stay reproducible across resumes.
+        num_examples: examples per epoch.
+        batch_size, seed, start_step, transform: as :func:`indexed_batches`.
+        shuffle_buffer: examples in the shuffle buffer.
+    """
+    import tensorflow as tf
+
+    start_epoch, offset = divmod(start_step * batch_size, num_examples)
+    # One shuffle per epoch with a Python-int seed (tf.data rejects tensor seeds
+    # once a global seed is set), built for one period and repeated.
+    order = [(start_epoch + i) % SHUFFLE_PERIOD for i in range(SHUFFLE_PERIOD)]
+    epochs = [examples.shuffle(shuffle_buffer, seed=seed * 1_000_003 + e,
+                               reshuffle_each_iteration=False) for e in order]
+    stream = _concatenate(epochs).repeat().skip(offset)
+    stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step * batch_size, 2**62), stream)
+    stream = stream.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    stream = stream.batch(batch_size, drop_remainder=True)
+    if transform:
+        stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step, 2**62), stream)
+        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return stream.prefetch(tf.data.AUTOTUNE)
+
+
+def _concatenate(datasets):
+    """Concatenate as a balanced tree, so no element passes through more than log₂(n) levels."""
+    if len(datasets) == 1:
+        return datasets[0]
+    middle = len(datasets) // 2
+    return _concatenate(datasets[:middle]).concatenate(_concatenate(datasets[middle:]))
+
+
+def add_tfds_arguments(parser):
+    """The TFDS location flags of the workflows' CLIs (``--data-dir``, ``--manual-dir``,
+    ``--download``), matching :func:`tfds_dataset`'s arguments."""
+    parser.add_argument("--data-dir", help="TFDS data directory (default ~/tensorflow_datasets)")
+    parser.add_argument("--manual-dir", help="TFDS manual download directory (ImageNet archives)")
+    parser.add_argument("--download", action="store_true",
+                        help="download and prepare the TFDS dataset when it is not prepared")

@@ -8,7 +8,7 @@ convolutions, matrix products, einsums; one image).
 import keras
 
 from kctx.bench import report
-from kctx.models import kanet, mobilenet_v2, mobilenet_v2_kao
+from kctx.models import KANET_FAMILY, kanet_family_model
 from kctx.profile import count_macs
 
 # (params in millions, MAdd in millions) reported by the paper.
@@ -19,24 +19,11 @@ PAPER = {
 }
 
 
-def kanet_models():
-    """(label, builder) of the rows of Tables 2–4."""
-    return [
-        ("MobileNetV2", mobilenet_v2),
-        ("KANet_KV", lambda **kw: kanet("kv", **kw)),
-        ("KANet_QKV", lambda **kw: kanet("qkv", **kw)),
-        ("AttnNet", lambda **kw: kanet("attn", **kw)),
-        ("AttnNet+Pool", lambda **kw: kanet("attn_pool", **kw)),
-        ("MobileNetV2+KAO", lambda **kw: mobilenet_v2_kao("kv", **kw)),
-        ("KANet w/o KAO", lambda **kw: kanet("none", **kw)),
-    ]
-
-
 def run_kanet(size=224, num_classes=1000, log=print):
     rows = []
-    for label, build in kanet_models():
+    for name, (label, _, _) in KANET_FAMILY.items():
         keras.backend.clear_session()
-        model = build(num_classes=num_classes, input_shape=(size, size, 3))
+        model = kanet_family_model(name, num_classes=num_classes, input_shape=(size, size, 3))
         macs = count_macs(lambda x: model(x, training=False), (1, size, size, 3))
         row = {"model": label, "params": int(model.count_params()), "madds": int(macs)}
         if (size, num_classes) == (224, 1000):

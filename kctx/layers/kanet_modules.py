@@ -9,15 +9,17 @@ from kctx.layers.kronecker_attention import KroneckerAttention2D
 ATTENTIONS = ("kv", "qkv", "attn", "attn_pool")
 
 
-def attention_operator(attention, num_heads=4, name=None, dtype=None):
+def attention_operator(attention, num_heads=4, name=None, dtype=None, **kwargs):
     """The attention path of an AttnModule: ``"kv"`` / ``"qkv"`` (KAO), ``"attn"``
     (regular attention, AttnNet) or ``"attn_pool"`` (2×2-pooled K and V, AttnNet+Pool);
-    4 heads, a linear transform on V only, batch-normalised scores (Appendix 1, 4)."""
+    4 heads, a linear transform on V only, batch-normalised scores (Appendix 1, 4).
+    ``kwargs`` go to the layer (e.g. ``norm_momentum``)."""
     check_choice("attention", attention, ATTENTIONS)
     if attention in ("kv", "qkv"):
-        return KroneckerAttention2D(mode=attention, num_heads=num_heads, name=name, dtype=dtype)
+        return KroneckerAttention2D(mode=attention, num_heads=num_heads, name=name, dtype=dtype,
+                                    **kwargs)
     return Attention2D(pool_size=2 if attention == "attn_pool" else None, num_heads=num_heads,
-                       name=name, dtype=dtype)
+                       name=name, dtype=dtype, **kwargs)
 
 
 class _KANetModule(keras.layers.Layer):
@@ -76,8 +78,9 @@ class _KANetModule(keras.layers.Layer):
         self.depthwise_norm = self._norm("depthwise_norm")
         self.attention_layer = self.pool = None
         if self._attention_path:
-            self.attention_layer = attention_operator(self.attention, self.num_heads,
-                                                      name="attention", dtype=self.dtype_policy)
+            self.attention_layer = attention_operator(
+                self.attention, self.num_heads, name="attention", dtype=self.dtype_policy,
+                norm_momentum=self.norm_momentum, norm_epsilon=self.norm_epsilon)
             if self.strides > 1:
                 self.pool = keras.layers.AveragePooling2D(self.strides, padding="same",
                                                           name="attention_pool",
@@ -139,7 +142,8 @@ _ARGS = """expansion: r; the module's inner width is r·c for c input channels.
         attention: (Attn modules) ``"kv"``, ``"qkv"`` (KAO), ``"attn"`` or
             ``"attn_pool"``; ignored by Base modules.
         num_heads: heads of the attention operator (4 in KANets).
-        norm_momentum, norm_epsilon: of the batch normalisations.
+        norm_momentum, norm_epsilon: of the batch normalisations (the attention's
+            score normalisation included).
         **kwargs: base layer arguments.
 
     Call arguments:

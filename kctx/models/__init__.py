@@ -1,5 +1,7 @@
 """Models built from kctx layers."""
 
-from kctx.models.kanet import KANET_VARIANTS, kanet, mobilenet_v2, mobilenet_v2_kao
+from kctx.models.kanet import (KANET_FAMILY, KANET_VARIANTS, kanet, kanet_family_model,
+                               mobilenet_v2, mobilenet_v2_kao)
 
-__all__ = ["KANET_VARIANTS", "kanet", "mobilenet_v2", "mobilenet_v2_kao"]
+__all__ = ["KANET_FAMILY", "KANET_VARIANTS", "kanet", "kanet_family_model", "mobilenet_v2",
+           "mobilenet_v2_kao"]

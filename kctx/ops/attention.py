@@ -36,21 +36,29 @@ def multi_head_attention(query, key, value, num_heads=1, score_transform=None):
             )
     dtype = value.dtype
 
-    def heads(t, size):  # (B, L, C) -> (B, heads, L, C / heads)
+    def float32(t):  # no op when already float32 (the operator is a handful of small ops)
+        return t if t.dtype == "float32" else ops.cast(t, "float32")
+
+    def heads(t, size):  # (B, L, C) -> (B, heads, L, C / heads); one head: (B, 1, L, C)
+        if num_heads == 1:
+            return ops.expand_dims(t, 1)
         t = ops.reshape(t, (ops.shape(t)[0], ops.shape(t)[1], num_heads, size // num_heads))
         return ops.transpose(t, (0, 2, 1, 3))
 
-    q = heads(ops.cast(query, "float32"), depth)
-    k = heads(ops.cast(key, "float32"), depth)
-    v = heads(ops.cast(value, "float32"), width)
-    scores = ops.einsum("bhmd,bhnd->bhmn", q, k)  # E = KᵀQ, one row per query
+    q = heads(float32(query), depth)
+    k = heads(float32(key), depth)
+    v = heads(float32(value), width)
+    scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # E = KᵀQ: (B, h, M, N), a row per query
     if score_transform is not None:
         scores = score_transform(scores)
     weights = ops.softmax(scores, axis=-1)  # over the keys
-    out = ops.einsum("bhmn,bhnp->bhmp", weights, v)
-    out = ops.transpose(out, (0, 2, 1, 3))
-    out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], width))
-    return ops.cast(out, dtype)
+    out = ops.matmul(weights, v)  # (B, h, M, P / h)
+    if num_heads == 1:
+        out = out[:, 0]
+    else:
+        out = ops.transpose(out, (0, 2, 1, 3))
+        out = ops.reshape(out, (ops.shape(out)[0], ops.shape(out)[1], width))
+    return out if out.dtype == dtype else ops.cast(out, dtype)
 
 
 def unfold(x):
