@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from kctx.training import replace_config
+
 
 @dataclasses.dataclass(frozen=True)
 class ClassificationConfig:
@@ -97,11 +99,7 @@ CONFIGS = {
 
 def get_config(name, **overrides):
     """A named config, optionally with fields replaced (``None`` values are ignored)."""
-    try:
-        config = CONFIGS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown classification config {name!r}. Valid: {', '.join(CONFIGS)}") from None
+    config = replace_config(CONFIGS, name, "classification")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if "epochs" in overrides and "decay_epochs" not in overrides:
         # Keep the schedule's shape: decays at the same fractions of training.
@@ -109,4 +107,4 @@ def get_config(name, **overrides):
         overrides["decay_epochs"] = tuple(
             sorted({min(max(1, round(e * scale)), overrides["epochs"] - 1)
                     for e in config.decay_epochs})) if overrides["epochs"] > 1 else ()
-    return dataclasses.replace(config, **overrides) if overrides else config
+    return replace_config({name: config}, name, "classification", **overrides)

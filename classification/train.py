@@ -24,7 +24,7 @@ from classification.data import evaluation_batches, training_batches
 from kctx.data import add_tfds_arguments
 from kctx.distribute import get_strategy
 from kctx.models import KANET_FAMILY, kanet_family_model
-from kctx.training import StepCheckpoint, tensorboard_callback
+from kctx.training import StepCheckpoint, check_global_batch, sgd, tensorboard_callback
 
 MODELS = tuple(KANET_FAMILY)
 
@@ -55,11 +55,8 @@ def learning_rate_schedule(config, steps_per_epoch):
 
 def build_optimizer(config, steps_per_epoch):
     """SGD with momentum and decoupled weight decay on kernels only."""
-    optimizer = keras.optimizers.SGD(learning_rate_schedule(config, steps_per_epoch),
-                                     momentum=config.momentum,
-                                     weight_decay=config.weight_decay or None)
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer
+    return sgd(learning_rate_schedule(config, steps_per_epoch), config.momentum,
+               config.weight_decay)
 
 
 def compile_model(model, optimizer=None):
@@ -160,10 +157,7 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
     model_dir = pathlib.Path(model_dir or f"runs/classification-{config.name}-{model}-seed{seed}")
     model_dir.mkdir(parents=True, exist_ok=True)
     strategy = strategy or get_strategy(tpu, log=log)
-    replicas = strategy.num_replicas_in_sync
-    if config.batch_size % replicas:
-        raise ValueError(f"`batch_size` must be a multiple of the {replicas} replicas. "
-                         f"Received: batch_size={config.batch_size}")
+    replicas = check_global_batch(config.batch_size, strategy)
     keras.utils.set_random_seed(seed)
     # Both pipelines first: a missing dataset stops the run before anything is built.
     stream, steps_per_epoch = training_batches(config, seed, 0, data_dir, manual_dir, download)

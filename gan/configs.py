@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from kctx.training import replace_config
+
 
 @dataclasses.dataclass(frozen=True)
 class GANConfig:
@@ -111,9 +113,4 @@ CONFIGS = {
 
 def get_config(name, **overrides):
     """A named config, optionally with fields replaced (e.g. ``batch_size=8``)."""
-    try:
-        config = CONFIGS[name]
-    except KeyError:
-        raise ValueError(f"Unknown GAN config {name!r}. Valid: {', '.join(CONFIGS)}") from None
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(config, **overrides) if overrides else config
+    return replace_config(CONFIGS, name, "GAN", **overrides)

@@ -77,3 +77,40 @@ def tensorboard_callback(log_dir):
     except ImportError:
         return None
     return keras.callbacks.TensorBoard(str(log_dir), update_freq="epoch")
+
+
+def check_global_batch(batch_size, strategy):
+    """Raise unless ``batch_size`` splits evenly over the strategy's replicas.
+
+    Keras builds a model under a strategy from the cross-replica mean of the
+    first batch, which fails on unequal shards.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"`batch_size` must be a multiple of the {replicas} replicas. "
+                         f"Received: batch_size={batch_size}")
+    return replicas
+
+
+def sgd(learning_rate, momentum=0.9, weight_decay=None):
+    """SGD with momentum and decoupled weight decay on kernels only (not on biases or
+    batch-norm scales and offsets), as the ImageNet and segmentation recipes use."""
+    optimizer = keras.optimizers.SGD(learning_rate, momentum=momentum,
+                                     weight_decay=weight_decay or None)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def replace_config(configs, name, kind, **overrides):
+    """``configs[name]`` (a dataclass) with the non-None ``overrides`` replaced.
+
+    Raises ValueError naming ``kind`` and the valid names for an unknown ``name``.
+    """
+    import dataclasses
+
+    try:
+        config = configs[name]
+    except KeyError:
+        raise ValueError(f"Unknown {kind} config {name!r}. Valid: {', '.join(configs)}") from None
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(config, **overrides) if overrides else config
