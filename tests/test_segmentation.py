@@ -143,7 +143,6 @@ def test_augmentation_keeps_image_and_labels_aligned():
     label = np.kron(blocks, np.ones((8, 8), int)).astype(np.int32)
     image = np.where(label == IGNORE_LABEL, -1.0, label / 20.0).astype(np.float32)[..., None]
     image = np.repeat(image, 3, axis=-1)
-    flips = 0
     for index in range(12):
         out_image, out_label = augment(tf.constant(image), tf.constant(label),
                                        tf.constant([3, index], tf.int64), 48, (0.5, 2.0))
@@ -211,6 +210,40 @@ def test_train_cli_trains_resumes_saves_and_reports_miou(tmp_path):
     np.testing.assert_allclose(reloaded.predict(images, verbose=0),
                                results["model"].predict(images, verbose=0), atol=1e-4)
     assert any(m.startswith("validation mIoU") for m in messages)
+    # segmentation.evaluate reloads the run: single-scale reproduces the score train printed.
+    from segmentation.evaluate import evaluate
+
+    single = evaluate(tmp_path, num_images=3)
+    assert single["miou"] == pytest.approx(results["miou"], abs=1e-6)
+    assert single["pixels"] == results["pixels"]
+    multi = evaluate(tmp_path, multi_scale=True, flip=True, num_images=3)
+    assert multi["scales"] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75] and multi["flip"]
+    assert 0.0 <= multi["miou"] <= 1.0
+    png = keras.utils.load_img(multi["predictions"])
+    assert png.size == (3 * 64 * 3, 3 * 64 * 3)  # 3 columns × 3 rows of 64², enlarged ×3
+
+
+def test_multi_scale_flip_scores_are_mirror_symmetric_and_reduce_to_softmax():
+    from segmentation.evaluate import predict_scores
+
+    keras.utils.set_random_seed(1)
+    model = segmenter("resnet_tiny", 16, "none", 5, head_channels=16)
+    images, _ = digits_seg("test", num_images=2, image_size=32)
+    plain = predict_scores(model, images)
+    np.testing.assert_allclose(plain, keras.ops.softmax(model(images), axis=-1), atol=1e-6)
+    scores = predict_scores(model, images, scales=(0.5, 1.0, 1.5), flip=True)
+    mirrored = predict_scores(model, images[:, :, ::-1], scales=(0.5, 1.0, 1.5), flip=True)
+    np.testing.assert_allclose(scores, np.asarray(mirrored)[:, :, ::-1], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(scores).sum(-1), 6.0, atol=1e-4)  # 3 scales × 2
+
+
+def test_voc_palette_colours():
+    from segmentation.evaluate import voc_palette
+
+    palette = voc_palette()
+    assert palette[0].tolist() == [0, 0, 0] and palette[1].tolist() == [128, 0, 0]
+    assert palette[2].tolist() == [0, 128, 0] and palette[15].tolist() == [192, 128, 128]
+    assert palette[IGNORE_LABEL].tolist() == [255, 255, 255]
 
 
 def test_backbone_weights_are_loaded_from_a_file(tmp_path):
