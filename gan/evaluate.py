@@ -20,6 +20,7 @@ from gan.configs import get_config
 from gan.data import gan_images
 from gan.models import build_generator
 from kctx.data import add_tfds_arguments
+from kctx.training import read_run
 
 
 def default_extractor(config):
@@ -113,12 +114,7 @@ def load_generator(model_dir, checkpoint=None, ema=True):
     ``ema`` the EMA weights are loaded when the run keeps them.
     """
     model_dir = pathlib.Path(model_dir)
-    run_file = model_dir / "run.json"
-    if not run_file.exists():
-        raise FileNotFoundError(
-            f"{run_file} not found: `model_dir` must be a directory written by gan.train. "
-            f"Received: model_dir={str(model_dir)!r}")
-    run = json.loads(run_file.read_text())
+    run = read_run(model_dir, "gan.train")
     config = get_config(run["config"])
     checkpoint = checkpoint or tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
     if checkpoint is None:

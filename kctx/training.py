@@ -114,3 +114,20 @@ def replace_config(configs, name, kind, **overrides):
         raise ValueError(f"Unknown {kind} config {name!r}. Valid: {', '.join(configs)}") from None
     overrides = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(config, **overrides) if overrides else config
+
+
+def read_run(model_dir, workflow):
+    """The ``run.json`` a training CLI wrote in ``model_dir``, as a dict.
+
+    Raises FileNotFoundError naming ``workflow`` (e.g. ``"gan.train"``) when
+    the directory holds no run.
+    """
+    import json
+    import pathlib
+
+    run_file = pathlib.Path(model_dir) / "run.json"
+    if not run_file.exists():
+        raise FileNotFoundError(
+            f"{run_file} not found: `model_dir` must be a directory written by {workflow}. "
+            f"Received: model_dir={str(model_dir)!r}")
+    return json.loads(run_file.read_text())

@@ -117,11 +117,12 @@ def augment(image, label, seed, crop_size, scale_range=(0.5, 2.0), ignore_label=
             tf.ensure_shape(label, (crop_size, crop_size)))
 
 
-def dataset_arrays(config, split):
-    """The in-memory ``(images, labels)`` of ``config.dataset`` (``digits_seg``)."""
+def dataset_arrays(config, split, num_images=None):
+    """The in-memory ``(images, labels)`` of ``config.dataset`` (``digits_seg``); with
+    ``num_images``, the first that many (canvases depend only on their index)."""
     if config.dataset != "digits_seg":
         raise ValueError(f"`dataset` has no loader in this release. Received: {config.dataset!r}")
-    return digits_seg(split, image_size=config.image_size)
+    return digits_seg(split, num_images=num_images, image_size=config.image_size)
 
 
 def training_batches(config, seed=0, start_step=0):
@@ -147,10 +148,11 @@ def training_batches(config, seed=0, start_step=0):
                              start_step=start_step, shuffle_buffer=len(images))
 
 
-def evaluation_batches(config, batch_size=None, split=None):
-    """The held-out images at full size with their labels (int32), every example once."""
+def evaluation_batches(config, batch_size=None, split=None, num_images=None):
+    """The held-out images at full size with their labels (int32), every example once
+    (or the first ``num_images``)."""
     import tensorflow as tf
 
-    images, labels = dataset_arrays(config, split or config.eval_split)
+    images, labels = dataset_arrays(config, split or config.eval_split, num_images)
     dataset = tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32)))
     return dataset.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE)

@@ -16,6 +16,7 @@ import pathlib
 import keras
 import numpy as np
 
+from kctx.training import read_run
 from segmentation.configs import get_config
 from segmentation.data import IGNORE_LABEL, evaluation_batches
 from segmentation.models import ResizeToMatch  # noqa: F401 - registers the layers for loading
@@ -91,19 +92,19 @@ class _Scored:
         return predict_scores(self.model, images, self.scales, self.flip)
 
 
-def evaluate(model_dir, multi_scale=False, flip=False, num_images=6, batch_size=None):
-    """Score a ``segmentation.train`` run; returns a dict (mIoU, pixel accuracy, PNG path)."""
+def evaluate(model_dir, multi_scale=False, flip=False, num_images=6, batch_size=None,
+             max_images=None):
+    """Score a ``segmentation.train`` run; returns a dict (mIoU, pixel accuracy, PNG path).
+
+    ``num_images`` go into the PNG; ``max_images`` limits the scored images
+    (default: the whole held-out split).
+    """
     model_dir = pathlib.Path(model_dir)
-    run_file = model_dir / "run.json"
-    if not run_file.exists():
-        raise FileNotFoundError(
-            f"{run_file} not found: `model_dir` must be a directory written by "
-            f"segmentation.train. Received: model_dir={str(model_dir)!r}")
-    run = json.loads(run_file.read_text())
+    run = read_run(model_dir, "segmentation.train")
     config = get_config(run["config"])
     model = keras.saving.load_model(model_dir / "model.keras")
     scales = MULTI_SCALES if multi_scale else (1.0,)
-    dataset = evaluation_batches(config, batch_size=batch_size)
+    dataset = evaluation_batches(config, batch_size=batch_size, num_images=max_images)
     scores = segmentation_scores(_Scored(model, scales, flip), dataset, config.num_classes)
     images, labels = next(iter(dataset.unbatch().batch(num_images)))
     predictions = keras.ops.argmax(predict_scores(model, images, scales, flip), axis=-1)
@@ -123,9 +124,11 @@ def main(argv=None):
                         help=f"average over input scales {MULTI_SCALES}")
     parser.add_argument("--flip", action="store_true", help="also score the mirrored images")
     parser.add_argument("--num-images", type=int, default=6, help="images in the PNG")
+    parser.add_argument("--max-images", type=int, help="score only the first N held-out images")
     parser.add_argument("--output", help="write the scores as JSON here")
     args = parser.parse_args(argv)
-    result = evaluate(args.model_dir, args.multi_scale, args.flip, args.num_images)
+    result = evaluate(args.model_dir, args.multi_scale, args.flip, args.num_images,
+                      max_images=args.max_images)
     print(f"mIoU {result['miou']:.4f}, pixel accuracy {result['pixel_accuracy']:.4f} "
           f"(scales {result['scales']}, flip {result['flip']}); predictions: "
           f"{result['predictions']}")

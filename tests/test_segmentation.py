@@ -216,7 +216,8 @@ def test_train_cli_trains_resumes_saves_and_reports_miou(tmp_path):
     single = evaluate(tmp_path, num_images=3)
     assert single["miou"] == pytest.approx(results["miou"], abs=1e-6)
     assert single["pixels"] == results["pixels"]
-    multi = evaluate(tmp_path, multi_scale=True, flip=True, num_images=3)
+    multi = evaluate(tmp_path, multi_scale=True, flip=True, num_images=3, max_images=40)
+    assert 0.9 * 40 * 64 * 64 < multi["pixels"] <= 40 * 64 * 64
     assert multi["scales"] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75] and multi["flip"]
     assert 0.0 <= multi["miou"] <= 1.0
     png = keras.utils.load_img(multi["predictions"])
@@ -270,3 +271,10 @@ def test_atrous_conv_equals_keras_dilated_conv(size, rate):
     inputs = keras.Input((None, None, 5))
     model = keras.Model(inputs, atrous(inputs))
     np.testing.assert_allclose(model(x), reference(x), atol=1e-5)
+
+
+def test_evaluate_names_a_directory_without_a_run(tmp_path):
+    from segmentation.evaluate import evaluate
+
+    with pytest.raises(FileNotFoundError, match="must be a directory written by segmentation.train"):
+        evaluate(tmp_path)
