@@ -7,7 +7,10 @@ resume needs and restores them, so a killed run continues at the saved step
 with the same batches it would have seen.
 """
 
+import dataclasses
+import json
 import math
+import pathlib
 
 import keras
 
@@ -106,8 +109,6 @@ def replace_config(configs, name, kind, **overrides):
 
     Raises ValueError naming ``kind`` and the valid names for an unknown ``name``.
     """
-    import dataclasses
-
     try:
         config = configs[name]
     except KeyError:
@@ -122,9 +123,6 @@ def read_run(model_dir, workflow):
     Raises FileNotFoundError naming ``workflow`` (e.g. ``"gan.train"``) when
     the directory holds no run.
     """
-    import json
-    import pathlib
-
     run_file = pathlib.Path(model_dir) / "run.json"
     if not run_file.exists():
         raise FileNotFoundError(

@@ -37,8 +37,21 @@ class ResizeToMatch(keras.layers.Layer):
     several sizes to one model). Computes in the layer's dtype
     (``dtype="float32"`` for logits under mixed precision).
 
+    Args:
+        **kwargs: base layer arguments (``name``, ``dtype``).
+
     Call arguments:
         inputs: ``[x, reference]``, both channels-last.
+
+    Example:
+
+    >>> x, reference = keras.ops.ones((2, 3, 5, 4)), keras.ops.zeros((2, 12, 20, 3))
+    >>> tuple(ResizeToMatch()([x, reference]).shape)
+    (2, 12, 20, 4)
+
+    Reference:
+        Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR
+        2021, Appendix E.3 (bilinear upsampling of the logits to the input).
     """
 
     def call(self, inputs):
@@ -69,6 +82,18 @@ class AtrousConv2D(keras.layers.Layer):
 
     Call arguments:
         inputs: (B, H, W, C_in).
+
+    Example:
+
+    >>> layer = AtrousConv2D(16, rate=12)
+    >>> tuple(layer(keras.ops.ones((2, 8, 8, 32))).shape)
+    (2, 8, 8, 16)
+
+    Reference:
+        Chen et al., "Rethinking Atrous Convolution for Semantic Image
+        Segmentation" (DeepLabV3), 2017, Sec. 3.1: y[i] = Σ_k x[i + r·k] w[k],
+        and Sec. 3.3 on rates close to the feature map size degenerating to
+        1×1 filters.
     """
 
     def __init__(self, filters, rate, kernel_initializer="glorot_uniform", **kwargs):

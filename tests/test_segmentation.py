@@ -267,6 +267,14 @@ def test_atrous_conv_equals_keras_dilated_conv(size, rate):
     reference(x)
     reference.kernel.assign(atrous.kernel)
     np.testing.assert_allclose(atrous(x), reference(x), atol=1e-5)
+    # NumPy reference of y[i, j] = Σ_{di, dj ∈ {−1, 0, 1}} x[i + r·di, j + r·dj] w[di, dj]
+    # with zero padding (DeepLabV3, Sec. 3.1).
+    kernel = keras.ops.convert_to_numpy(atrous.kernel)
+    padded = np.pad(x, ((0, 0), (rate, rate), (rate, rate), (0, 0)))
+    expected = sum(padded[:, rate + rate * di:rate + rate * di + size,
+                          rate + rate * dj:rate + rate * dj + size] @ kernel[di + 1, dj + 1]
+                   for di in (-1, 0, 1) for dj in (-1, 0, 1))
+    np.testing.assert_allclose(atrous(x), expected, atol=1e-5)
     # Unknown spatial sizes take the general path and agree too.
     inputs = keras.Input((None, None, 5))
     model = keras.Model(inputs, atrous(inputs))
