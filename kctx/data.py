@@ -108,6 +108,32 @@ def tfds_dataset(name, split, data_dir=None, manual_dir=None, download=False, de
     return dataset, builder.info
 
 
+def tfds_encoded_examples(name, split, features=("image",), data_dir=None, manual_dir=None,
+                          download=False):
+    """A TFDS split with the image ``features`` still encoded, and its size.
+
+    Returns:
+        ``(examples, num_examples)``: ``examples`` yields the feature dicts in
+        file order with each of ``features`` as encoded bytes (decode them
+        after shuffling, so shuffle buffers and skips hold bytes, not pixels);
+        ``num_examples`` from the dataset info, else by counting.
+    """
+    import tensorflow_datasets as tfds
+
+    dataset, info = tfds_dataset(name, split, data_dir=data_dir, manual_dir=manual_dir,
+                                 download=download,
+                                 decoders={key: tfds.decode.SkipDecoding() for key in features})
+    try:
+        num_examples = int(info.splits[split].num_examples)
+    except (KeyError, ValueError, TypeError):
+        num_examples = 0
+    if num_examples <= 0:
+        num_examples = int(dataset.cardinality())
+    if num_examples <= 0:
+        num_examples = int(dataset.reduce(0, lambda count, _: count + 1))
+    return dataset, num_examples
+
+
 def tfds_image_examples(name, split, data_dir=None, manual_dir=None, download=False):
     """A TFDS image-classification split as still-encoded examples, and its size.
 
@@ -115,29 +141,19 @@ def tfds_image_examples(name, split, data_dir=None, manual_dir=None, download=Fa
         ``(examples, num_examples)``: ``examples`` yields ``{"image": the
         encoded bytes, "label": int32}`` in file order (label 0 for datasets
         without one, e.g. ``celeb_a``); decode with :func:`decode_rgb` after
-        shuffling, so shuffle buffers and skips hold bytes, not pixels.
+        shuffling (:func:`tfds_encoded_examples`).
     """
     import tensorflow as tf
-    import tensorflow_datasets as tfds
 
-    dataset, info = tfds_dataset(name, split, data_dir=data_dir, manual_dir=manual_dir,
-                                 download=download,
-                                 decoders={"image": tfds.decode.SkipDecoding()})
+    dataset, num_examples = tfds_encoded_examples(name, split, ("image",), data_dir, manual_dir,
+                                                  download)
 
     def light(example):
         label = example["label"] if "label" in example else tf.zeros((), tf.int64)
         return {"image": example["image"], "label": tf.cast(label, tf.int32)}
 
-    examples = dataset.map(light, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    try:
-        num_examples = int(info.splits[split].num_examples)
-    except (KeyError, ValueError, TypeError):
-        num_examples = 0
-    if num_examples <= 0:
-        num_examples = int(examples.cardinality())
-    if num_examples <= 0:
-        num_examples = int(examples.reduce(0, lambda count, _: count + 1))
-    return examples, num_examples
+    return dataset.map(light, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), \
+        num_examples
 
 
 def decode_rgb(encoded):
@@ -246,10 +262,10 @@ def _concatenate(datasets):
     return _concatenate(datasets[:middle]).concatenate(_concatenate(datasets[middle:]))
 
 
-def add_tfds_arguments(parser):
+def add_tfds_arguments(parser, data_dir_help="TFDS data directory (default ~/tensorflow_datasets)"):
     """The TFDS location flags of the workflows' CLIs (``--data-dir``, ``--manual-dir``,
     ``--download``), matching :func:`tfds_dataset`'s arguments."""
-    parser.add_argument("--data-dir", help="TFDS data directory (default ~/tensorflow_datasets)")
+    parser.add_argument("--data-dir", help=data_dir_help)
     parser.add_argument("--manual-dir", help="TFDS manual download directory (ImageNet archives)")
     parser.add_argument("--download", action="store_true",
                         help="download and prepare the TFDS dataset when it is not prepared")

@@ -1,4 +1,23 @@
-"""Segmentation data: the embedded ``digits_seg`` dataset.
+"""Segmentation data: the embedded ``digits_seg`` and the real benchmarks' loaders.
+
+Every dataset is read through :func:`load_split`, which returns the split's
+light examples (arrays, file paths or still-encoded bytes, in a fixed order),
+their count and a ``decode`` function to (image float32 (H, W, 3) in [-1, 1],
+labels int32 (H, W) with 255 ignored). Registered datasets (:data:`DATASETS`):
+
+- ``digits_seg`` (embedded, below).
+- ``voc``: PASCAL VOC 2012 from a local ``VOCdevkit`` (TFDS ``voc`` has no
+  masks), splits ``train`` (1,464) / ``val`` (1,449) / ``trainval``, and
+  ``train_aug`` (10,582) with the SBD annotations (``benchmark_RELEASE``
+  ``.mat`` files, or the ``SegmentationClassAug`` PNGs). 21 classes.
+- ``ade20k``: ADE20K / SceneParse150 from a local ``ADEChallengeData2016``
+  (150 classes, label 0 "other" ignored), splits ``train`` / ``val``.
+- ``oxford_iiit_pet`` (TFDS): the trimaps as background 0 / pet 1, the border
+  ignored; splits ``train`` / ``test``.
+- ``scene_parse150`` (TFDS): TFDS builds it from the Places Challenge
+  *instance* annotations, whose red channel holds 100 object categories (not
+  the 150 semantic classes of ``ADEChallengeData2016``; use ``ade20k`` for
+  the benchmark); label 0 (unannotated) is ignored. Splits ``train`` / ``test``.
 
 ``digits_seg`` is built from scikit-learn's real digit scans. Each 64×64
 canvas holds 2–4 digits pasted at random scales (12–28 px) and positions
@@ -11,12 +30,17 @@ training digits and test canvases the held-out digits
 (:func:`kctx.data.digits`), so no scan appears in both.
 """
 
+import pathlib
+from typing import Callable, NamedTuple
+
 import numpy as np
 
-from kctx.data import digits
+from kctx.data import DatasetNotFoundError, decode_rgb, digits, tfds_encoded_examples
 
 IGNORE_LABEL = 255
 DIGITS_SEG_CLASSES = 11  # background + 10 digits
+ADE20K_CLASSES = 150
+SCENE_PARSE150_TFDS_CLASSES = 100  # the instance categories of TFDS's annotations
 DIGITS_SEG_SIZES = {"train": 2000, "test": 300}
 _STROKE, _EDGE = 0.35, 0.2  # normalised intensity: ≥ stroke → digit, [edge, stroke) → ignored
 _PLACEMENT_TRIES = 20
@@ -117,42 +141,332 @@ def augment(image, label, seed, crop_size, scale_range=(0.5, 2.0), ignore_label=
             tf.ensure_shape(label, (crop_size, crop_size)))
 
 
-def dataset_arrays(config, split, num_images=None):
-    """The in-memory ``(images, labels)`` of ``config.dataset`` (``digits_seg``); with
-    ``num_images``, the first that many (canvases depend only on their index)."""
-    if config.dataset != "digits_seg":
-        raise ValueError(f"`dataset` has no loader in this release. Received: {config.dataset!r}")
-    return digits_seg(split, num_images=num_images, image_size=config.image_size)
+class Split(NamedTuple):
+    """A dataset split: light ``examples`` in a fixed order, their count, and
+    ``decode(example) -> (image float32 (H, W, 3) in [-1, 1], labels int32 (H, W))``.
+    ``fixed_size`` when every image has the same size (they can be batched as they are)."""
+
+    examples: object
+    num_examples: int
+    decode: Callable
+    fixed_size: bool = False
 
 
-def training_batches(config, seed=0, start_step=0):
+def _to_unit_range(image):
+    import tensorflow as tf
+
+    return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+def _shift_zero_label(label, num_classes):
+    """Annotations where 0 means "unlabelled" and c ≥ 1 class c − 1 → 255 / c − 1
+    (values above ``num_classes`` are ignored too)."""
+    import tensorflow as tf
+
+    label = tf.cast(label, tf.int32) - 1
+    return tf.where((label < 0) | (label >= num_classes), IGNORE_LABEL, label)
+
+
+def _file_split(pairs):
+    """``(examples, count)`` of (image file, label file) path pairs."""
+    import tensorflow as tf
+
+    images, labels = zip(*[(str(image), str(label)) for image, label in pairs])
+    examples = tf.data.Dataset.from_tensor_slices({"image": list(images), "label": list(labels)})
+    return examples, len(images)
+
+
+def read_label_file(path):
+    """A label map (uint8, (H, W)) from a VOC palette PNG (the palette indices, 255 kept),
+    a greyscale PNG of class indices, or an SBD ``GTcls`` ``.mat`` file."""
+    path = path.item() if isinstance(path, np.ndarray) else path  # from tf.numpy_function
+    path = path.decode() if isinstance(path, bytes) else str(path)
+    if path.endswith(".mat"):
+        from scipy.io import loadmat
+
+        return np.asarray(loadmat(path, squeeze_me=True, struct_as_record=False)
+                          ["GTcls"].Segmentation, np.uint8)
+    from PIL import Image
+
+    with Image.open(path) as image:
+        if image.mode not in ("P", "L"):
+            raise ValueError(f"Label files must be palette or greyscale PNGs of class indices. "
+                             f"Received: mode {image.mode!r} in {path}")
+        return np.asarray(image, np.uint8)
+
+
+def _decode_files(example):
+    import tensorflow as tf
+
+    image = decode_rgb(tf.io.read_file(example["image"]))
+    label = tf.numpy_function(read_label_file, [example["label"]], tf.uint8, stateful=False)
+    label = tf.ensure_shape(label, (None, None))
+    return _to_unit_range(image), tf.cast(label, tf.int32)
+
+
+def _ids(path):
+    return [line.split()[0] for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
+
+
+def _first_dir(candidates, marker):
+    return next((c for c in candidates if (c / marker).is_dir()), None)
+
+
+VOC_LAYOUT = ("ROOT/VOCdevkit/VOC2012/{JPEGImages, SegmentationClass, ImageSets/Segmentation} "
+              "(VOCtrainval_11-May-2012.tar from host.robots.ox.ac.uk/pascal/VOC/voc2012)")
+SBD_LAYOUT = ("ROOT/benchmark_RELEASE/dataset/{img, cls, train.txt, val.txt} (SBD, "
+              "benchmark.tgz from www2.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/"
+              "semantic_contours) or ROOT/VOCdevkit/VOC2012/SegmentationClassAug/*.png")
+
+
+def voc_files(root, split):
+    """(image, label) file pairs of a PASCAL VOC 2012 segmentation split.
+
+    ``train`` / ``val`` / ``trainval`` follow ``ImageSets/Segmentation``.
+    ``train_aug`` is the usual augmented set: VOC ``train`` plus SBD ``train``
+    and ``val`` (or ``ImageSets/Segmentation/train_aug.txt`` when present),
+    minus VOC ``val``; labels from ``SegmentationClass`` where VOC has one,
+    else ``SegmentationClassAug``, else SBD's ``cls/*.mat``.
+
+    Raises:
+        DatasetNotFoundError: naming the directory and the expected layout.
+    """
+    root = pathlib.Path(root).expanduser()
+    voc = _first_dir([root / "VOCdevkit" / "VOC2012", root / "VOC2012", root], "JPEGImages")
+    if voc is None or not (voc / "ImageSets" / "Segmentation").is_dir():
+        raise DatasetNotFoundError(f"PASCAL VOC 2012 was not found in {root}: expected "
+                                   f"{VOC_LAYOUT.replace('ROOT', str(root))}; pass its "
+                                   "parent directory as data_dir / --data-dir")
+    sets = voc / "ImageSets" / "Segmentation"
+    if split in ("train", "val", "trainval"):
+        return [(voc / "JPEGImages" / f"{n}.jpg", voc / "SegmentationClass" / f"{n}.png")
+                for n in _ids(sets / f"{split}.txt")]
+    if split != "train_aug":
+        raise ValueError("`split` of voc must be 'train', 'val', 'trainval' or 'train_aug'. "
+                         f"Received: split={split!r}")
+    sbd = _first_dir([root / "benchmark_RELEASE" / "dataset", root / "SBD" / "dataset",
+                      root / "dataset"], "cls")
+    aug = _first_dir([voc, root], "SegmentationClassAug")
+    aug = aug / "SegmentationClassAug" if aug else None
+    if sbd is None and aug is None:
+        raise DatasetNotFoundError(f"The SBD annotations for voc 'train_aug' were not found in "
+                                   f"{root}: expected {SBD_LAYOUT.replace('ROOT', str(root))}; "
+                                   "or train on split 'train'")
+    if (sets / "train_aug.txt").is_file():
+        names = _ids(sets / "train_aug.txt")
+    else:
+        extra = (_ids(sbd / "train.txt") + _ids(sbd / "val.txt") if sbd
+                 else sorted(path.stem for path in aug.glob("*.png")))
+        names = sorted(set(_ids(sets / "train.txt")) | set(extra))
+    val = set(_ids(sets / "val.txt"))
+    pairs = []
+    for name in (n for n in names if n not in val):
+        image = voc / "JPEGImages" / f"{name}.jpg"
+        if not image.is_file() and sbd:
+            image = sbd / "img" / f"{name}.jpg"
+        label = voc / "SegmentationClass" / f"{name}.png"
+        if not label.is_file() and aug and (aug / f"{name}.png").is_file():
+            label = aug / f"{name}.png"
+        elif not label.is_file() and sbd:
+            label = sbd / "cls" / f"{name}.mat"
+        pairs.append((image, label))
+    return pairs
+
+
+def _check_files(name, root, pairs):
+    missing = [str(path) for pair in pairs for path in pair if not pathlib.Path(path).is_file()]
+    if missing:
+        raise DatasetNotFoundError(f"{name} in {root} lists {len(missing)} files that do not "
+                                   f"exist, e.g. {missing[0]}")
+    if not pairs:
+        raise DatasetNotFoundError(f"{name} in {root}: the split is empty")
+
+
+def _local_root(data_dir):
+    import os
+
+    return pathlib.Path(data_dir or os.environ.get("KCTX_DATA_DIR", "~/datasets")).expanduser()
+
+
+def _voc(split, data_dir=None, **_):
+    root = _local_root(data_dir)
+    pairs = voc_files(root, split)
+    _check_files(f"voc {split!r}", root, pairs)
+    examples, count = _file_split(pairs)
+    return Split(examples, count, _decode_files)
+
+
+ADE_LAYOUT = "ROOT/ADEChallengeData2016/{images, annotations}/{training, validation}"
+
+
+def ade20k_files(root, split):
+    """(image, label) file pairs of ``ADEChallengeData2016`` (``train`` = training,
+    ``val`` = validation), sorted by name."""
+    root = pathlib.Path(root).expanduser()
+    ade = _first_dir([root / "ADEChallengeData2016", root], "annotations")
+    folders = {"train": "training", "val": "validation"}
+    if split not in folders:
+        raise ValueError(f"`split` of ade20k must be 'train' or 'val'. Received: split={split!r}")
+    if ade is None or not (ade / "images" / folders[split]).is_dir():
+        raise DatasetNotFoundError(f"ADE20K was not found in {root}: expected "
+                                   f"{ADE_LAYOUT.replace('ROOT', str(root))} (ADEChallengeData2016"
+                                   ".zip from sceneparsing.csail.mit.edu); pass its parent "
+                                   "directory as data_dir / --data-dir")
+    images = sorted((ade / "images" / folders[split]).glob("*.jpg"))
+    return [(image, ade / "annotations" / folders[split] / f"{image.stem}.png")
+            for image in images]
+
+
+def _ade20k(split, data_dir=None, **_):
+    import tensorflow as tf
+
+    root = _local_root(data_dir)
+    pairs = ade20k_files(root, split)
+    _check_files(f"ade20k {split!r}", root, pairs)
+    examples, count = _file_split(pairs)
+
+    def decode(example):
+        image = decode_rgb(tf.io.read_file(example["image"]))
+        label = tf.io.decode_png(tf.io.read_file(example["label"]), channels=1)[..., 0]
+        return _to_unit_range(image), _shift_zero_label(label, ADE20K_CLASSES)
+
+    return Split(examples, count, decode)
+
+
+def _pets(split, data_dir=None, manual_dir=None, download=False):
+    import tensorflow as tf
+
+    examples, count = tfds_encoded_examples("oxford_iiit_pet", split,
+                                            ("image", "segmentation_mask"), data_dir,
+                                            manual_dir, download)
+
+    def decode(example):
+        trimap = tf.cast(tf.io.decode_png(example["segmentation_mask"], channels=1)[..., 0],
+                         tf.int32)  # 1 pet, 2 background, 3 border
+        label = tf.where(trimap == 1, 1, tf.where(trimap == 2, 0, IGNORE_LABEL))
+        return _to_unit_range(decode_rgb(example["image"])), label
+
+    return Split(examples, count, decode)
+
+
+def _scene_parse150(split, data_dir=None, manual_dir=None, download=False):
+    import tensorflow as tf
+
+    examples, count = tfds_encoded_examples("scene_parse150", split, ("image", "annotation"),
+                                            data_dir, manual_dir, download)
+
+    def decode(example):
+        category = tf.io.decode_png(example["annotation"], channels=3)[..., 0]
+        return _to_unit_range(decode_rgb(example["image"])), _shift_zero_label(category, SCENE_PARSE150_TFDS_CLASSES)
+
+    return Split(examples, count, decode)
+
+
+def _digits_seg(split, image_size=64, num_images=None, **_):
+    import tensorflow as tf
+
+    images, labels = digits_seg(split, num_images=num_images, image_size=image_size)
+    examples = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
+    return Split(examples, len(images),
+                 lambda example: (example["image"], tf.cast(example["label"], tf.int32)),
+                 fixed_size=True)
+
+
+# name → (loader, number of classes, where its data comes from).
+DATASETS = {
+    "digits_seg": (_digits_seg, DIGITS_SEG_CLASSES, "embedded (scikit-learn digits)"),
+    "voc": (_voc, 21, "local VOCdevkit (+ SBD)"),
+    "ade20k": (_ade20k, ADE20K_CLASSES, "local ADEChallengeData2016"),
+    "oxford_iiit_pet": (_pets, 2, "TFDS"),
+    "scene_parse150": (_scene_parse150, SCENE_PARSE150_TFDS_CLASSES, "TFDS (instance categories)"),
+}
+
+
+def load_split(config, split, data_dir=None, manual_dir=None, download=False, num_images=None):
+    """The :class:`Split` ``split`` of ``config.dataset`` (the first ``num_images`` when given).
+
+    ``data_dir``: the TFDS data directory for TFDS datasets; for ``voc`` and
+    ``ade20k`` the directory holding ``VOCdevkit`` (and ``benchmark_RELEASE``)
+    or ``ADEChallengeData2016`` (default ``$KCTX_DATA_DIR`` or ``~/datasets``).
+
+    Raises:
+        DatasetNotFoundError: when the data is not there, naming what and where.
+    """
+    if config.dataset not in DATASETS:
+        raise ValueError(f"Unknown `dataset`: expected one of {sorted(DATASETS)}. "
+                         f"Received: {config.dataset!r}")
+    loader = DATASETS[config.dataset][0]
+    if config.dataset == "digits_seg":
+        return loader(split, image_size=config.image_size, num_images=num_images)
+    source = loader(split, data_dir=data_dir, manual_dir=manual_dir, download=download)
+    if num_images is not None and num_images < source.num_examples:
+        source = source._replace(examples=source.examples.take(num_images),
+                                 num_examples=int(num_images))
+    return source
+
+
+def fit_to_square(image, label, size, ignore_label=IGNORE_LABEL):
+    """Shrink (keeping the aspect ratio) so the longer side is at most ``size``, then pad
+    the bottom / right to size×size (image 0, labels ``ignore_label``): static-shaped
+    evaluation batches whose padding does not count in the scores."""
+    import tensorflow as tf
+
+    shape = tf.shape(label)
+    scale = tf.minimum(1.0, size / tf.cast(tf.reduce_max(shape), tf.float32))
+    new = tf.maximum(tf.cast(tf.round(tf.cast(shape, tf.float32) * scale), tf.int32), 1)
+    image = tf.image.resize(image, new, method="bilinear")
+    label = tf.image.resize(label[..., None], new, method="nearest")[..., 0]
+    image = tf.pad(image, [[0, size - new[0]], [0, size - new[1]], [0, 0]])
+    label = tf.pad(label, [[0, size - new[0]], [0, size - new[1]]], constant_values=ignore_label)
+    return (tf.ensure_shape(image, (size, size, image.shape[-1])),
+            tf.ensure_shape(label, (size, size)))
+
+
+def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=None,
+                     download=False, source=None):
     """The endless, step-indexed training stream of ``config`` from ``start_step``.
 
     Batches are ``(images (B, crop, crop, 3), labels (B, crop, crop) int32)``;
     batch k is a function of (seed, k) (:func:`kctx.data.streaming_batches`),
-    each example augmented with :func:`augment` keyed on (seed, its index).
+    each example decoded after the shuffle and augmented with :func:`augment`
+    keyed on (seed, its index). ``source``: the training :class:`Split` if
+    already loaded.
     """
     import tensorflow as tf
 
     from kctx.data import streaming_batches
 
-    images, labels = dataset_arrays(config, config.train_split)
-    examples = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
+    source = source or load_split(config, config.train_split, data_dir, manual_dir, download)
 
     def preprocess(index, example):
+        image, label = source.decode(example)
         seed_pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
-        return augment(example["image"], example["label"], seed_pair, config.crop_size,
-                       config.scale_range)
+        return augment(image, label, seed_pair, config.crop_size, config.scale_range)
 
-    return streaming_batches(examples, preprocess, len(images), config.batch_size, seed=seed,
-                             start_step=start_step, shuffle_buffer=len(images))
+    return streaming_batches(source.examples, preprocess, source.num_examples, config.batch_size,
+                             seed=seed, start_step=start_step,
+                             shuffle_buffer=min(source.num_examples, config.shuffle_buffer))
 
 
-def evaluation_batches(config, batch_size=None, split=None, num_images=None):
-    """The held-out images at full size with their labels (int32), every example once
-    (or the first ``num_images``)."""
+def evaluation_batches(config, batch_size=None, split=None, num_images=None, eval_size=None,
+                       data_dir=None, manual_dir=None, download=False):
+    """The held-out split, every example once (or the first ``num_images``), with labels.
+
+    Images of one size (``digits_seg``) come in batches of ``batch_size``. Others
+    come one per batch at their own size (the exact protocol), unless
+    ``eval_size`` (default ``config.eval_size``) is set: then each is fitted into
+    an eval_size² square (:func:`fit_to_square`) and they are batched.
+    """
     import tensorflow as tf
 
-    images, labels = dataset_arrays(config, split or config.eval_split, num_images)
-    dataset = tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32)))
+    source = load_split(config, split or config.eval_split, data_dir, manual_dir, download,
+                        num_images)
+    eval_size = eval_size or config.eval_size
+    dataset = source.examples.map(source.decode, num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=True)
+    if eval_size:
+        dataset = dataset.map(lambda image, label: fit_to_square(image, label, eval_size),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    elif not source.fixed_size:
+        batch_size = 1
     return dataset.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE)

@@ -16,11 +16,12 @@ import pathlib
 import keras
 import numpy as np
 
+from kctx.data import add_tfds_arguments
 from kctx.training import read_run
 from segmentation.configs import get_config
 from segmentation.data import IGNORE_LABEL, evaluation_batches
 from segmentation.models import ResizeToMatch  # noqa: F401 - registers the layers for loading
-from segmentation.train import segmentation_scores
+from segmentation.train import DATA_DIR_HELP, segmentation_scores
 
 MULTI_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
 
@@ -67,7 +68,8 @@ def voc_palette(num_classes=256):
 def save_predictions(images, labels, predictions, path, min_side=192):
     """One PNG: a row per image of (image, labels, prediction), labels colourised.
 
-    Small images are enlarged by pixel repetition to at least ``min_side``.
+    Images may differ in size (narrower rows are padded with white). Small
+    images are enlarged by pixel repetition to at least ``min_side``.
     """
     palette = voc_palette()
     rows = []
@@ -75,8 +77,10 @@ def save_predictions(images, labels, predictions, path, min_side=192):
         picture = ((np.asarray(image) + 1.0) * 127.5).clip(0, 255).astype(np.uint8)
         rows.append(np.concatenate([picture, palette[np.asarray(label)],
                                     palette[np.asarray(prediction)]], axis=1))
-    grid = np.concatenate(rows, axis=0)
-    factor = max(1, -(-min_side // np.asarray(images).shape[1]))
+    width = max(row.shape[1] for row in rows)
+    grid = np.concatenate([np.pad(row, [(0, 0), (0, width - row.shape[1]), (0, 0)],
+                                  constant_values=255) for row in rows], axis=0)
+    factor = max(1, -(-min_side // min(row.shape[0] for row in rows)))
     grid = np.repeat(np.repeat(grid, factor, axis=0), factor, axis=1)
     keras.utils.save_img(str(path), grid, scale=False)
     return path
@@ -93,24 +97,30 @@ class _Scored:
 
 
 def evaluate(model_dir, multi_scale=False, flip=False, num_images=6, batch_size=None,
-             max_images=None):
+             max_images=None, eval_size=None, data_dir=None, manual_dir=None, download=False):
     """Score a ``segmentation.train`` run; returns a dict (mIoU, pixel accuracy, PNG path).
 
     ``num_images`` go into the PNG; ``max_images`` limits the scored images
-    (default: the whole held-out split).
+    (default: the whole held-out split). ``eval_size`` and the data location
+    default to the run's (``run.json``).
     """
     model_dir = pathlib.Path(model_dir)
     run = read_run(model_dir, "segmentation.train")
-    config = get_config(run["config"])
+    config = get_config(run["config"], eval_size=eval_size or run.get("eval_size"))
     model = keras.saving.load_model(model_dir / "model.keras")
     scales = MULTI_SCALES if multi_scale else (1.0,)
-    dataset = evaluation_batches(config, batch_size=batch_size, num_images=max_images)
+    dataset = evaluation_batches(config, batch_size=batch_size, num_images=max_images,
+                                 data_dir=data_dir or run.get("data_dir"),
+                                 manual_dir=manual_dir or run.get("manual_dir"),
+                                 download=download)
     scores = segmentation_scores(_Scored(model, scales, flip), dataset, config.num_classes)
-    images, labels = next(iter(dataset.unbatch().batch(num_images)))
-    predictions = keras.ops.argmax(predict_scores(model, images, scales, flip), axis=-1)
+    shown = [(image[None], label) for image, label in dataset.unbatch().take(num_images)]
+    predictions = [keras.ops.argmax(predict_scores(model, image, scales, flip), axis=-1)[0]
+                   for image, _ in shown]
     suffix = ("_ms" if multi_scale else "") + ("_flip" if flip else "")
-    png = save_predictions(images.numpy(), labels.numpy(),
-                           keras.ops.convert_to_numpy(predictions),
+    png = save_predictions([image[0].numpy() for image, _ in shown],
+                           [label.numpy() for _, label in shown],
+                           [keras.ops.convert_to_numpy(p) for p in predictions],
                            model_dir / f"predictions{suffix}.png")
     return dict(scores, config=config.name, context=run["context"], scales=list(scales),
                 flip=flip, predictions=str(png))
@@ -125,10 +135,15 @@ def main(argv=None):
     parser.add_argument("--flip", action="store_true", help="also score the mirrored images")
     parser.add_argument("--num-images", type=int, default=6, help="images in the PNG")
     parser.add_argument("--max-images", type=int, help="score only the first N held-out images")
+    parser.add_argument("--eval-size", type=int,
+                        help="fit images into this square and batch them (default: the run's)")
     parser.add_argument("--output", help="write the scores as JSON here")
+    add_tfds_arguments(parser, data_dir_help=DATA_DIR_HELP + " (default: the run's)")
     args = parser.parse_args(argv)
     result = evaluate(args.model_dir, args.multi_scale, args.flip, args.num_images,
-                      max_images=args.max_images)
+                      max_images=args.max_images, eval_size=args.eval_size,
+                      data_dir=args.data_dir, manual_dir=args.manual_dir,
+                      download=args.download)
     print(f"mIoU {result['miou']:.4f}, pixel accuracy {result['pixel_accuracy']:.4f} "
           f"(scales {result['scales']}, flip {result['flip']}); predictions: "
           f"{result['predictions']}")
