@@ -8,6 +8,12 @@ run directory. ``--config imagenet`` is the paper's ImageNet recipe (TFDS
 ``imagenet2012`` from its manual download); ``cifar10`` and ``imagenette``
 read TFDS. Runs resume from ``--model-dir`` where they stopped, under any
 ``tf.distribute`` strategy (``--tpu`` for a TPU).
+
+``--backbone resnet50 --context poly_nl --at res4`` trains a ResNet-50
+(``keras.applications``, random initialisation) with a context block inserted
+before the last residual block of res4 (or of several stages, ``--at
+res3+4+5``) by :func:`kctx.models.insert_context_block`: the Poly-NL paper's
+classification experiment (Sec. 5.3).
 """
 
 import argparse
@@ -23,14 +29,46 @@ from classification.configs import CONFIGS, get_config
 from classification.data import evaluation_batches, training_batches
 from kctx.data import add_tfds_arguments
 from kctx.distribute import get_strategy
-from kctx.models import KANET_FAMILY, kanet_family_model
+from kctx.layers import context_block_names
+from kctx.models import KANET_FAMILY, insert_context_block, kanet_family_model, \
+    resnet50_positions
 from kctx.training import StepCheckpoint, check_global_batch, sgd, tensorboard_callback
 
 MODELS = tuple(KANET_FAMILY)
+BACKBONES = ("resnet50",)
 
 
-def build_model(name, config):
-    """Model ``name`` (a row of Tables 2–4) sized for ``config``."""
+def model_label(model, backbone=None, context=None, at="res4"):
+    """The run's model name: ``model``, or ``<backbone>-<context>-<at>`` with a backbone."""
+    if backbone is None:
+        if model not in MODELS:
+            raise ValueError(f"Unknown `model`: expected one of {MODELS}. Received: {model!r}")
+        if context is not None:
+            raise ValueError("`context` / --context is inserted into a `backbone` / --backbone "
+                             f"(one of {BACKBONES}). Received: context={context!r}, backbone=None")
+        return model
+    if backbone not in BACKBONES:
+        raise ValueError(f"Unknown `backbone`: expected one of {BACKBONES}. "
+                         f"Received: backbone={backbone!r}")
+    context = context or "none"
+    if context not in context_block_names():
+        raise ValueError(f"Unknown `context`: expected one of {context_block_names()}. "
+                         f"Received: context={context!r}")
+    resnet50_positions(at)  # a named error for a bad stage
+    return f"{backbone}-{context}" + ("" if context == "none" else f"-{at.replace('+', '')}")
+
+
+def build_model(name, config, backbone=None, context=None, at="res4"):
+    """Model ``name`` (a row of Tables 2–4) sized for ``config``; with ``backbone``
+    (``"resnet50"``), that network with ``context`` blocks inserted at the stages ``at``."""
+    if backbone is not None:
+        network = keras.applications.ResNet50(
+            weights=None, input_shape=(config.image_size, config.image_size, 3),
+            classes=config.num_classes, classifier_activation=None)
+        if context in (None, "none"):
+            return network
+        return insert_context_block(network, resnet50_positions(at), context,
+                                    name=f"resnet50_{context}")
     return kanet_family_model(
         name, num_classes=config.num_classes,
         input_shape=(config.image_size, config.image_size, 3),
@@ -119,7 +157,8 @@ def plot_history(rows, path, title):
 
 def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learning_rate=None,
           width_multiplier=None, model_dir=None, tpu=None, strategy=None, seed=0, verbose=1,
-          data_dir=None, manual_dir=None, download=False, stop_after_epoch=None, log=print):
+          data_dir=None, manual_dir=None, download=False, stop_after_epoch=None, backbone=None,
+          context=None, at="res4", log=print):
     """Train (or resume from ``model_dir``) and evaluate top-1 on the held-out split.
 
     Args:
@@ -140,13 +179,16 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
             slot; the schedule stays that of ``epochs`` and the next call
             resumes there. The evaluation and saved model are of the weights
             reached.
+        backbone, context, at: instead of ``model``, a ``keras.applications``
+            backbone (``"resnet50"``) with the context block ``context`` (a
+            :func:`kctx.layers.context_block` name) inserted before the last
+            residual block of each stage in ``at`` (``"res4"``, ``"res3+4+5"``).
 
     Returns:
         A dict of results (also written to ``results.json``) with the trained
         model under ``"model"``.
     """
-    if model not in MODELS:
-        raise ValueError(f"Unknown `model`: expected one of {MODELS}. Received: {model!r}")
+    label = model_label(model, backbone, context, at)
     try:  # checked before training, not when the plot is drawn
         import matplotlib  # noqa: F401
     except ImportError:
@@ -154,7 +196,7 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
                           "pip install 'kctx[classification]'") from None
     config = get_config(config, epochs=epochs, batch_size=batch_size,
                         learning_rate=learning_rate, width_multiplier=width_multiplier)
-    model_dir = pathlib.Path(model_dir or f"runs/classification-{config.name}-{model}-seed{seed}")
+    model_dir = pathlib.Path(model_dir or f"runs/classification-{config.name}-{label}-seed{seed}")
     model_dir.mkdir(parents=True, exist_ok=True)
     strategy = strategy or get_strategy(tpu, log=log)
     replicas = check_global_batch(config.batch_size, strategy)
@@ -164,7 +206,7 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
     held_out = evaluation_batches(config, data_dir=data_dir, manual_dir=manual_dir,
                                   download=download, replicas=replicas)
     with strategy.scope():
-        network = build_model(model, config)
+        network = build_model(model, config, backbone, context, at)
         optimizer = build_optimizer(config, steps_per_epoch)
         optimizer.build(network.trainable_variables)
         compile_model(network, optimizer)
@@ -174,12 +216,12 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
     if start % steps_per_epoch:
         raise ValueError(f"{model_dir} holds a checkpoint at step {start}, not at an epoch end "
                          f"of {steps_per_epoch} steps: was the batch size changed?")
-    run = {"config": config.name, "model": model, "seed": seed, "epochs": config.epochs,
+    run = {"config": config.name, "model": label, "seed": seed, "epochs": config.epochs,
            "batch_size": config.batch_size, "learning_rate": config.learning_rate,
            "width_multiplier": config.width_multiplier,
            "replicas": replicas}
     (model_dir / "run.json").write_text(json.dumps(run, indent=2))
-    log(f"{model}: {network.count_params():,} parameters; {config.epochs} epochs of "
+    log(f"{label}: {network.count_params():,} parameters; {config.epochs} epochs of "
         f"{steps_per_epoch} steps (batch {config.batch_size}) on {config.dataset}")
 
     end_epoch = min(config.epochs, stop_after_epoch or config.epochs)
@@ -198,7 +240,7 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
     scores = network.evaluate(held_out, verbose=0, return_dict=True)
     network.save(model_dir / "model.keras")
     epochs = read_history(model_dir / "history.csv")
-    history = plot_history(epochs, model_dir / "history.png", f"{model} on {config.name}")
+    history = plot_history(epochs, model_dir / "history.png", f"{label} on {config.name}")
     # Summed over the logged epochs, so a resumed run reports its whole training time
     # (validation included; model building and the final evaluation not).
     train_seconds = sum(row.get("seconds", float("nan")) for row in epochs)
@@ -209,7 +251,7 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
                    history=str(history), model_dir=str(model_dir))
     (model_dir / "results.json").write_text(json.dumps(results, indent=2))
     log(f"top-1 {results['top1']:.4f}, top-5 {results['top5']:.4f} on {config.dataset} "
-        f"{config.eval_split} ({model}); model: {model_dir / 'model.keras'}")
+        f"{config.eval_split} ({label}); model: {model_dir / 'model.keras'}")
     results["model"] = network
     return results
 
@@ -229,12 +271,19 @@ def main(argv=None):
     parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
     parser.add_argument("--stop-after-epoch", type=int,
                         help="end this call after that epoch (resume later with the same command)")
+    parser.add_argument("--backbone", choices=BACKBONES,
+                        help="train this keras.applications network instead of --model")
+    parser.add_argument("--context", choices=context_block_names(),
+                        help="context block inserted into --backbone (e.g. poly_nl)")
+    parser.add_argument("--at", default="res4",
+                        help="stages to insert it in: res2..res5 or e.g. res3+4+5 (default res4)")
     add_tfds_arguments(parser)
     args = parser.parse_args(argv)
     train(args.config, args.model, args.epochs, args.batch_size, args.learning_rate,
           args.width_multiplier, args.model_dir, args.tpu, seed=args.seed, verbose=args.verbose,
           data_dir=args.data_dir, manual_dir=args.manual_dir, download=args.download,
-          stop_after_epoch=args.stop_after_epoch)
+          stop_after_epoch=args.stop_after_epoch, backbone=args.backbone, context=args.context,
+          at=args.at)
     return 0
 
 

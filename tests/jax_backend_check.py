@@ -9,7 +9,7 @@ import numpy as np
 
 import numpy_reference as ref
 from kctx.layers import Hamburger, context_block
-from kctx.ops import matrix_decomposition
+from kctx.ops import matrix_decomposition, poly_nl
 
 assert keras.backend.backend() == "jax", keras.backend.backend()
 
@@ -30,13 +30,21 @@ for method, temperature in (("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)):
 
 z = rng.standard_normal((2, 6, 6, 16)).astype("float32")
 for name, kwargs in (("ham_nmf", dict(rank=4, seed=0)), ("ham_cd", dict(rank=4, init="online")),
-                     ("self_attention", {})):
+                     ("self_attention", {}), ("poly_nl", dict(beta_initializer="ones")),
+                     ("non_local", {}), ("efficient_non_local", dict(num_heads=2)),
+                     ("latent_gnn", dict(latent_dim=4))):
     inputs = keras.Input((None, None, 16))
     model = keras.Model(inputs, context_block(name, **kwargs)(inputs))
     model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     loss = model.fit(z, z[::-1], epochs=1, verbose=0).history["loss"][0]
     assert np.isfinite(loss), (name, loss)
     assert np.all(np.isfinite(model.predict(z, verbose=0))), name
+
+w1, w2, w3 = (rng.standard_normal((16, 16)).astype("float32") for _ in range(3))
+got = np.asarray(poly_nl(z, w1, w2, w3))
+for b in range(2):
+    expected = ref.poly_nl_elementwise(z[b].reshape(-1, 16).astype("float64"), w1, w2, w3)
+    np.testing.assert_allclose(got[b].reshape(-1, 16), expected, rtol=1e-4, atol=1e-4)
 
 layer = Hamburger(rank=3, init="online", seed=0)
 layer.build(z.shape)

@@ -154,3 +154,53 @@ def attention_2d(X, num_heads=1, pool=None):
     O = np.concatenate([attn(Q[g * d:(g + 1) * d], KV[g * d:(g + 1) * d], KV[g * d:(g + 1) * d])
                         for g in range(num_heads)], axis=0)
     return O.T.reshape(h, w, c)
+
+
+# Poly-NL (Babiloni et al. 2021) and the non-local family: X ∈ R^{N×C}, positions as rows.
+
+
+def poly_nl_elementwise(X, W1, W2, W3):
+    """Eq. 7: y_ab = Σ_{d,f,h} Σ_e (1/N) w1_hd w2_fd w3_db x_ad x_ef x_eh, term by term."""
+    N = X.shape[0]
+    return np.einsum("hd,fd,db,ad,ef,eh->ab", W1, W2, W3, X, X, X, optimize=True) / N
+
+
+def softmax(a, axis):
+    a = a - a.max(axis=axis, keepdims=True)
+    e = np.exp(a)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def embedded_gaussian(X, W_theta, W_phi, W_g):
+    """Wang et al. Eq. 1–2 (embedded Gaussian): y_i = Σ_j softmax_j(θ_iᵀ φ_j) g_j."""
+    theta, phi, g = X @ W_theta, X @ W_phi, X @ W_g
+    return softmax(theta @ phi.T, axis=1) @ g
+
+
+def efficient_attention(Q, K, V):
+    """Shen et al. Eq. 2, left to right for the check: (ρ_q(Q) ρ_k(K)ᵀ) V, one head."""
+    return (softmax(Q, axis=1) @ softmax(K, axis=0).T) @ V
+
+
+def latent_gnn(F, Psi1, Psi2):
+    """Zhang et al. Sec. 3.2 with the official normalisations: F (N×C) the features,
+    Psi1 / Psi2 (N×d) the non-negative visible→latent / latent→visible affinities."""
+    A1 = Psi1 / np.linalg.norm(Psi1, axis=0, keepdims=True)  # each latent node over positions
+    A2 = Psi2 / np.linalg.norm(Psi2, axis=1, keepdims=True)  # each position over latent nodes
+    Z = A1.T @ F
+    Zn = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+    return A2 @ (softmax(Zn @ Zn.T, axis=1) @ Z)
+
+
+# Sparse factorization (Khalitov et al.): chord factors as dense matrices, built from Sec. 3.
+
+
+def chord_mask(n):
+    """Boolean n×n: row i has non-zeros at i and (i + 2^k) mod n for 2^k < n."""
+    mask = np.eye(n, dtype=bool)
+    k = 0
+    while 2 ** k < n:
+        for i in range(n):
+            mask[i, (i + 2 ** k) % n] = True
+        k += 1
+    return mask

@@ -63,7 +63,7 @@ def test_sagan_128_sizes():
 
 @pytest.mark.parametrize(
     "context,ham_init",
-    [("none", None), ("self_attention", None), ("ham_nmf", "fixed")],
+    [("self_attention", None), ("ham_nmf", "fixed")],  # the plain G/D are inside both
 )
 def test_one_step_on_two_replicas_equals_one_replica(context, ham_init, monkeypatch):
     # Random ham dictionaries are drawn per replica, so the ham case uses fixed bases.

@@ -97,3 +97,23 @@ def test_bench_table3_cli_writes_json(tmp_path):
                     "train_mem_mb", "infer_speedup_vs_sa", "roofline_ms"):
             assert key in row, key
     assert "Ham (NMF)" in completed.stdout and "GFLOP/s" in completed.stdout
+
+
+def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path):
+    path, png = tmp_path / "nonlocal.json", tmp_path / "nonlocal.png"
+    completed = subprocess.run(
+        [sys.executable, "-m", "kctx.bench", "nonlocal", "--sizes", "8", "--channels", "16",
+         "--channel-sweep", "--methods", "CONV", "NL", "Poly-NL", "--repeats", "1",
+         "--json", str(path), "--plot", str(png)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {r["method"]: r for r in json.loads(path.read_text())}
+    assert set(rows) == {"CONV", "NL", "Poly-NL"} and png.stat().st_size > 0
+    n, c = 64, 16
+    assert rows["CONV"]["macs"] == n * c * c
+    # Poly-NL: Gram matrix, W₂ product and output product, 2·N·C² + C³ (+ O(C²) terms).
+    assert 2 * n * c * c + c ** 3 <= rows["Poly-NL"]["macs"] <= 1.1 * (2 * n * c * c + c ** 3)
+    # NL: the two N×N products with C/2-wide embeddings dominate.
+    assert rows["NL"]["macs"] >= 2 * n * n * (c // 2)
+    assert "goal" not in completed.stdout  # no 128² row in this run

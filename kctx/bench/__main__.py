@@ -13,6 +13,18 @@ BENCHMARKS = {
         "kctx.bench.kao",
         "Kronecker Attention Networks, Table 1: Attn, Attn+Pool, KAO_KV, KAO_QKV cost",
     ),
+    "nonlocal": (
+        "kctx.bench.non_local",
+        "Poly-NL paper, Fig. 2: time and memory of CONV, NL, E-NL, L-GNN, Poly-NL, Ham, KAO",
+    ),
+    "sf-approx": (
+        "kctx.bench.sf_approx",
+        "Sparse factorization, Table 1 / Fig. 4: TSVD vs SF errors on offline real matrices",
+    ),
+    "psf": (
+        "kctx.bench.psf",
+        "PSF-Attn vs Transformer: training-step time and peak memory versus length",
+    ),
     "kanet": (
         "kctx.bench.kanet",
         "Kronecker Attention Networks, Tables 2-4: params and MAdds of KANets and baselines",

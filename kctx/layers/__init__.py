@@ -6,10 +6,16 @@ from kctx.layers.context_block import (
     register_context_block,
 )
 from kctx.layers.attention import Attention2D
+from kctx.layers.efficient_non_local import EfficientNonLocal2D
 from kctx.layers.hamburger import Hamburger
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
 from kctx.layers.kronecker_attention import KroneckerAttention2D
+from kctx.layers.latent_gnn import LatentGNN2D
+from kctx.layers.non_local import NonLocal2D
+from kctx.layers.poly_nl import PolyNL
+from kctx.layers.psf_attention import PSFAttention
 from kctx.layers.self_attention import SelfAttention2D
+from kctx.layers.sequence_embedding import PositionEmbedding, PrependToken
 
 __all__ = [
     "Attention2D",
@@ -17,8 +23,15 @@ __all__ = [
     "AttnSkipModule",
     "BaseModule",
     "BaseSkipModule",
+    "EfficientNonLocal2D",
     "Hamburger",
     "KroneckerAttention2D",
+    "LatentGNN2D",
+    "NonLocal2D",
+    "PSFAttention",
+    "PositionEmbedding",
+    "PrependToken",
+    "PolyNL",
     "SelfAttention2D",
     "context_block",
     "context_block_names",

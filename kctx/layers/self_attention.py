@@ -9,11 +9,12 @@ from kctx._validation import (
     standardize_data_format,
     standardize_pool_size,
 )
+from kctx.layers._projection import ProjectionMixin, serialize_projection_config
 from kctx.layers.context_block import register_context_block
 
 
 @keras.saving.register_keras_serializable(package="kctx")
-class SelfAttention2D(keras.layers.Layer):
+class SelfAttention2D(ProjectionMixin, keras.layers.Layer):
     """Dot-product self-attention over all positions of a feature map.
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d) V  (Eq. 3 of Geng et al.; the
@@ -77,22 +78,8 @@ class SelfAttention2D(keras.layers.Layer):
         self.value_dim = value_dim
         self.pool_size = pool_size
         self.use_scale = use_scale
-        self.use_bias = use_bias
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self._store_projection_args(use_bias, kernel_initializer, kernel_regularizer)
         self.data_format = standardize_data_format(data_format)
-
-    def _projection(self, name, fan_in, fan_out):
-        kernel = self.add_weight(
-            name=f"{name}_kernel",
-            shape=(fan_in, fan_out),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-        )
-        bias = None
-        if self.use_bias:
-            bias = self.add_weight(name=f"{name}_bias", shape=(fan_out,), initializer="zeros")
-        return kernel, bias
 
     def build(self, input_shape):
         channels = check_image_input(type(self).__name__, input_shape)
@@ -104,12 +91,6 @@ class SelfAttention2D(keras.layers.Layer):
         self.value = self._projection("value", channels, self._value_dim)
         self.output_projection = self._projection("output", self._value_dim, channels)
         self.gamma = self.add_weight(name="gamma", shape=(), initializer="zeros")
-
-    @staticmethod
-    def _apply(x, projection):
-        kernel, bias = projection
-        y = ops.matmul(x, kernel)
-        return y if bias is None else y + bias
 
     def call(self, inputs):
         shape = ops.shape(inputs)
@@ -141,9 +122,7 @@ class SelfAttention2D(keras.layers.Layer):
                 "value_dim": self.value_dim,
                 "pool_size": self.pool_size,
                 "use_scale": self.use_scale,
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                **serialize_projection_config(self),
                 "data_format": self.data_format,
             }
         )

@@ -1,27 +1,50 @@
 """Weight-free math on ``keras.ops`` (runs on every Keras backend)."""
 
 from kctx.ops.attention import attention_2d, multi_head_attention, unfold
+from kctx.ops.chord import (
+    chord_dense,
+    chord_indices,
+    chord_matmul,
+    chord_num_factors,
+    chord_offsets,
+    chord_product_matmul,
+    chord_width,
+)
+from kctx.ops.efficient_attention import efficient_attention
 from kctx.ops.kronecker_attention import (
     KRONECKER_MODES,
     kronecker_attention,
     kronecker_summary,
     outer_sum,
 )
+from kctx.ops.latent_graph import latent_graph_propagation
 from kctx.ops.matrix_decomposition import (
     decompose,
     initial_bases,
     matrix_decomposition,
 )
+from kctx.ops.poly_nl import poly_nl, poly_nl_direct
 
 __all__ = [
     "KRONECKER_MODES",
     "attention_2d",
+    "chord_dense",
+    "chord_indices",
+    "chord_matmul",
+    "chord_num_factors",
+    "chord_offsets",
+    "chord_product_matmul",
+    "chord_width",
     "decompose",
+    "efficient_attention",
     "initial_bases",
     "kronecker_attention",
     "kronecker_summary",
+    "latent_graph_propagation",
     "matrix_decomposition",
     "multi_head_attention",
     "outer_sum",
+    "poly_nl",
+    "poly_nl_direct",
     "unfold",
 ]

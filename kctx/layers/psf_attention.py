@@ -1,0 +1,137 @@
+"""PSF-Attn: attention as a product of input-dependent chord-sparse factors."""
+
+import keras
+from keras import ops
+
+from kctx._validation import check_positive_int
+from kctx.layers.context_block import register_context_block
+from kctx.ops.chord import chord_dense, chord_matmul, chord_num_factors, chord_width
+
+
+def _mlp(hidden_units, output_units, name, layer):
+    """Dense → GELU → Dense, with the owning layer's initializer and dtype policy."""
+    return [
+        keras.layers.Dense(hidden_units, activation="gelu",
+                           kernel_initializer=layer.kernel_initializer,
+                           kernel_regularizer=layer.kernel_regularizer,
+                           dtype=layer.dtype_policy, name=f"{name}_hidden"),
+        keras.layers.Dense(output_units, kernel_initializer=layer.kernel_initializer,
+                           kernel_regularizer=layer.kernel_regularizer,
+                           dtype=layer.dtype_policy, name=f"{name}_output"),
+    ]
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class PSFAttention(keras.layers.Layer):
+    """Parametric sparse-factorization attention: E_new = W⁽ᴹ⁾ ⋯ W⁽²⁾ W⁽¹⁾ V (+ V).
+
+    For a sequence E (n×c), factor m is a chord-sparse n×n matrix whose row i
+    holds the L = 1 + ⌈log₂ n⌉ outputs of an MLP f⁽ᵐ⁾ (Dense → GELU → Dense)
+    applied to E_i (Sec. 4): its non-zeros sit at columns i and (i + 2ᵏ) mod n.
+    V = g(E) by another MLP. The factors are applied to V in order, W⁽¹⁾
+    first, each in O(n·L·c) (:func:`kctx.ops.chord_matmul`), so the whole
+    block is O(M·n·log n·c) = O(n log² n · c) with M = :func:`kctx.ops.chord_num_factors`
+    (n) factors, and the implied attention matrix A = W⁽ᴹ⁾ ⋯ W⁽¹⁾ is full
+    (every position can reach every other) but never formed. There is no
+    softmax. With ``residual`` the output is A V + V. The factor products are
+    computed in float32 under mixed precision.
+
+    Args:
+        num_factors: M (default :func:`kctx.ops.chord_num_factors` (n), the
+            fewest for a full A).
+        hidden_units: width of the hidden layer of every MLP.
+        value_units: channels of V and of the output (default: the input's).
+        residual: add V to the output.
+        kernel_initializer, kernel_regularizer: of the MLPs' Dense layers.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: (batch, n, channels); n must be known when the layer is built.
+
+    Example:
+
+    >>> layer = PSFAttention(hidden_units=16)
+    >>> layer(keras.random.normal((2, 100, 8))).shape
+    (2, 100, 8)
+
+    Reference:
+        Khalitov, Yu, Cheng & Yang, "Sparse Factorization of Large Square
+        Matrices" (2021), Sec. 4 (PSF-Attn, the W⁽ᵐ⁾_ij definition) and Sec. 3
+        (the Chord non-zero pattern).
+    """
+
+    def __init__(self, num_factors=None, hidden_units=64, value_units=None, residual=True,
+                 kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("num_factors", num_factors, allow_none=True)
+        check_positive_int("hidden_units", hidden_units)
+        check_positive_int("value_units", value_units, allow_none=True)
+        self.num_factors = num_factors
+        self.hidden_units = hidden_units
+        self.value_units = value_units
+        self.residual = residual
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[1] is None or input_shape[2] is None:
+            raise ValueError("PSFAttention expects (batch, n, channels) with n and channels "
+                             f"known. Received: input_shape={tuple(input_shape)}")
+        n, channels = int(input_shape[1]), int(input_shape[2])
+        if n < 2:
+            raise ValueError(f"PSFAttention needs a sequence length n ≥ 2. "
+                             f"Received: input_shape={tuple(input_shape)}")
+        self.length = n
+        self.factor_count = self.num_factors or chord_num_factors(n)
+        width = chord_width(n)
+        self.factor_mlps = [_mlp(self.hidden_units, width, f"factor{m + 1}", self)
+                            for m in range(self.factor_count)]
+        self.value_mlp = _mlp(self.hidden_units, self.value_units or channels, "value", self)
+        for hidden, output in self.factor_mlps + [self.value_mlp]:
+            hidden.build(tuple(input_shape))
+            output.build(tuple(input_shape[:-1]) + (self.hidden_units,))
+
+    @staticmethod
+    def _apply(mlp, x):
+        hidden, output = mlp
+        return output(hidden(x))
+
+    def factor_values(self, inputs):
+        """The (batch, n, L) non-zeros of W⁽¹⁾, …, W⁽ᴹ⁾ for ``inputs`` (a list of M):
+        row i of W⁽ᵐ⁾ is f⁽ᵐ⁾(E_i) = Dense(GELU(Dense(E_i)))."""
+        return [self._apply(mlp, inputs) for mlp in self.factor_mlps]
+
+    def call(self, inputs):
+        value = self._apply(self.value_mlp, inputs)
+        out = ops.cast(value, "float32")
+        for values in self.factor_values(inputs):  # W⁽¹⁾ first
+            out = chord_matmul(ops.cast(values, "float32"), out)
+        out = ops.cast(out, value.dtype)
+        return out + value if self.residual else out
+
+    def attention_matrix(self, inputs):
+        """The dense attention A = W⁽ᴹ⁾ ⋯ W⁽¹⁾ (batch, n, n) for ``inputs``: row i
+        is how much each position contributes to output i (Fig. 7–8 of the paper)."""
+        matrix = None
+        for values in self.factor_values(ops.convert_to_tensor(inputs)):
+            dense = chord_dense(ops.cast(values, "float32"))
+            matrix = dense if matrix is None else ops.matmul(dense, matrix)
+        return matrix
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.value_units or input_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_factors": self.num_factors,
+            "hidden_units": self.hidden_units,
+            "value_units": self.value_units,
+            "residual": self.residual,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+        })
+        return config
+
+
+register_context_block("psf", lambda **kwargs: PSFAttention(**kwargs), kind="sequence")
