@@ -37,7 +37,8 @@ def adding_accuracy(y_true, y_pred):
     return keras.ops.cast(error < ADDING_TOLERANCE, "float32")
 
 
-def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=64, num_heads=2):
+def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=64, num_heads=2,
+                pooling="flatten"):
     """The ``model`` network for ``task`` at ``length``, compiled (Adam 1e-3)."""
     if model not in MODELS:
         raise ValueError(f"Unknown `model`: expected one of {MODELS}. Received: {model!r}")
@@ -50,7 +51,8 @@ def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=64
         data = dict(vocab_size=vocab_size, outputs=classes)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-    common = dict(seq_len=length, embed_dim=embed_dim, num_blocks=num_blocks, **data)
+    common = dict(seq_len=length, embed_dim=embed_dim, num_blocks=num_blocks, pooling=pooling,
+                  **data)
     network = (psf_sequence_model(hidden_units=hidden_units, **common) if model == "psf"
                else transformer_sequence_model(num_heads=num_heads, **common))
     network.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=[metric])
@@ -78,7 +80,7 @@ class _Seconds(keras.callbacks.Callback):
 def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, eval_every=250,
           target_accuracy=0.99, embed_dim=32, num_blocks=1, hidden_units=64, num_heads=2,
           eval_examples=5000, seed=0, model_dir=None, tpu=None, strategy=None, verbose=1,
-          data_dir=None, download=False, log=print):
+          data_dir=None, download=False, pooling="flatten", log=print):
     """Train ``model`` on ``task``; returns the JSON record (with the model under ``"model"``).
 
     The record holds the task, model, length, parameters, steps trained,
@@ -107,7 +109,7 @@ def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, ev
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         network = build_model(task, model, length, embed_dim, num_blocks, hidden_units,
-                              num_heads)
+                              num_heads, pooling)
     log(f"{model} on {task} (length {length}): {network.count_params():,} parameters; up to "
         f"{steps} steps of batch {batch_size}, held-out accuracy every {eval_every} steps")
     started = time.perf_counter()
@@ -119,7 +121,7 @@ def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, ev
     seconds = time.perf_counter() - started
     scores = network.evaluate(validation, verbose=0, return_dict=True)
     network.save(model_dir / "model.keras")
-    record = {"task": task, "model": model, "length": length, "seed": seed,
+    record = {"task": task, "model": model, "length": length, "seed": seed, "pooling": pooling,
               "params": int(network.count_params()), "batch_size": batch_size,
               "steps": int(network.optimizer.iterations.numpy()), "seconds": round(seconds, 1),
               "accuracy": float(scores["accuracy"]), "loss": float(scores["loss"]),
@@ -150,6 +152,8 @@ def main(argv=None):
     parser.add_argument("--num-blocks", type=int, default=1)
     parser.add_argument("--hidden-units", type=int, default=64, help="PSF-Attn MLP width")
     parser.add_argument("--num-heads", type=int, default=2, help="Transformer heads")
+    parser.add_argument("--pooling", default="flatten", choices=("flatten", "cls"),
+                        help="all positions into the head, or a prepended [CLS] token's output")
     parser.add_argument("--eval-examples", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", help="where results.json, history.csv, model.keras go")
@@ -161,7 +165,8 @@ def main(argv=None):
     train(args.task, args.model, args.length, args.steps, args.batch_size, args.eval_every,
           args.target_accuracy, args.embed_dim, args.num_blocks, args.hidden_units,
           args.num_heads, args.eval_examples, args.seed, args.model_dir, args.tpu,
-          verbose=args.verbose, data_dir=args.data_dir, download=args.download)
+          verbose=args.verbose, data_dir=args.data_dir, download=args.download,
+          pooling=args.pooling)
     return 0
 
 

@@ -94,12 +94,7 @@ def test_one_step_on_two_replicas_equals_one_replica(context, ham_init, monkeypa
 def test_generator_and_discriminator_compile_with_xla():
     config = get_config("digits", batch_size=4)
     gan = _gan(config)
-    z, labels = tf.random.normal((4, config.latent_dim)), tf.constant([0, 1, 2, 3])
-    images = tf.function(lambda z, y: gan.generator([z, y], training=True), jit_compile=True)(
-        z, labels)
-    scores = tf.function(lambda x, y: gan.discriminator([x, y], training=True),
-                         jit_compile=True)(images, labels)
-    assert images.shape == (4, 32, 32, 1) and scores.shape == (4,)
+    # One XLA program holds both networks' forward and backward passes.
     gan.compile(gan.g_optimizer, gan.d_optimizer, jit_compile=True)
     history = gan.fit(digits_batches(4, config.latent_dim), steps_per_epoch=2, verbose=0).history
     assert np.isfinite(history["d_loss"][-1])
