@@ -16,7 +16,6 @@ res3+4+5``) by :func:`kctx.models.insert_context_block`: the Poly-NL paper's
 classification experiment (Sec. 5.3).
 """
 
-import argparse
 import csv
 import json
 import os
@@ -32,7 +31,8 @@ from kctx.distribute import get_strategy
 from kctx.layers import context_block_names
 from kctx.models import KANET_FAMILY, insert_context_block, kanet_family_model, \
     resnet50_positions
-from kctx.training import StepCheckpoint, check_global_batch, sgd, tensorboard_callback
+from kctx.training import StepCheckpoint, add_run_arguments, check_global_batch, sgd, \
+    tensorboard_callback, workflow_parser
 
 MODELS = tuple(KANET_FAMILY)
 BACKBONES = ("resnet50",)
@@ -257,18 +257,14 @@ def train(config="digits", model="kanet_kv", epochs=None, batch_size=None, learn
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m classification.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m classification.train", __doc__)
     parser.add_argument("--config", default="digits", choices=sorted(CONFIGS))
     parser.add_argument("--model", default="kanet_kv", choices=MODELS)
     parser.add_argument("--epochs", type=int, help="training epochs (default: per config)")
     parser.add_argument("--batch-size", type=int, help="global batch size")
     parser.add_argument("--learning-rate", type=float, help="initial learning rate")
     parser.add_argument("--width-multiplier", type=float, help="MobileNetV2's α")
-    parser.add_argument("--model-dir", help="checkpoints, history, model (resumes from here)")
-    parser.add_argument("--tpu", help="TPU name or 'local' (TPU VM)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
+    add_run_arguments(parser, "checkpoints, history, model (resumes from here)")
     parser.add_argument("--stop-after-epoch", type=int,
                         help="end this call after that epoch (resume later with the same command)")
     parser.add_argument("--backbone", choices=BACKBONES,

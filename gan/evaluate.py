@@ -8,7 +8,6 @@ config's evaluation split. The extractor is named in every report: the digits
 classifier (FCD) for ``digits``, InceptionV3 pool features (FID) otherwise.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -20,7 +19,7 @@ from gan.configs import get_config
 from gan.data import gan_images
 from gan.models import build_generator
 from kctx.data import add_tfds_arguments
-from kctx.training import read_run
+from kctx.training import read_run, workflow_parser
 
 
 def default_extractor(config):
@@ -132,8 +131,7 @@ def load_generator(model_dir, checkpoint=None, ema=True):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gan.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m gan.evaluate", __doc__)
     parser.add_argument("--model-dir", required=True, help="a gan.train --model-dir")
     parser.add_argument("--checkpoint", help="checkpoint prefix (default: the newest)")
     parser.add_argument("--num-samples", type=int, default=50_000)

@@ -8,7 +8,6 @@ report FID with InceptionV3; runs that keep an EMA of G sample and score with
 it. Runs resume from ``--model-dir`` where they stopped.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -23,7 +22,8 @@ from gan.model import ConditionalGAN
 from gan.models import CONTEXTS, build_discriminator, build_generator
 from kctx.data import add_tfds_arguments
 from kctx.distribute import get_strategy
-from kctx.training import StepCheckpoint, steps_per_checkpoint, tensorboard_callback
+from kctx.training import StepCheckpoint, add_run_arguments, steps_per_checkpoint, \
+    tensorboard_callback, workflow_parser
 
 def build_gan(config, context, strategy=None):
     """G, D, EMA and both Adam optimizers (TTUR), created in the strategy scope."""
@@ -164,17 +164,13 @@ def train(config="digits", context="ham_nmf", steps=None, batch_size=None, model
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gan.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m gan.train", __doc__)
     parser.add_argument("--config", default="digits", choices=sorted(CONFIGS))
     parser.add_argument("--context", default="ham_nmf", choices=CONTEXTS)
     parser.add_argument("--steps", type=int, help="total training steps (default: per config)")
     parser.add_argument("--batch-size", type=int, help="global batch size")
-    parser.add_argument("--model-dir", help="checkpoints, samples, results (resumes from here)")
-    parser.add_argument("--tpu", help="TPU name or 'local' (TPU VM)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_run_arguments(parser, "checkpoints, samples, results (resumes from here)")
     parser.add_argument("--eval-samples", type=int, help="generated samples for FCD (0: skip)")
-    parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
     add_tfds_arguments(parser)
     parser.add_argument("--extractor-weights", help="InceptionV3 weights file for the final FID")
     args = parser.parse_args(argv)

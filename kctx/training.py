@@ -7,6 +7,7 @@ resume needs and restores them, so a killed run continues at the saved step
 with the same batches it would have seen.
 """
 
+import argparse
 import dataclasses
 import json
 import math
@@ -129,3 +130,17 @@ def read_run(model_dir, workflow):
             f"{run_file} not found: `model_dir` must be a directory written by {workflow}. "
             f"Received: model_dir={str(model_dir)!r}")
     return json.loads(run_file.read_text())
+
+
+def workflow_parser(prog, description):
+    """The argument parser of a workflow CLI: ``prog`` and the module docstring as help."""
+    return argparse.ArgumentParser(prog=prog, description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_run_arguments(parser, model_dir_help):
+    """The flags every workflow CLI shares: ``--model-dir``, ``--tpu``, ``--seed``, ``--verbose``."""
+    parser.add_argument("--model-dir", help=model_dir_help)
+    parser.add_argument("--tpu", help="TPU name or 'local' (TPU VM)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")

@@ -357,7 +357,8 @@ def _scene_parse150(split, data_dir=None, manual_dir=None, download=False):
 
     def decode(example):
         category = tf.io.decode_png(example["annotation"], channels=3)[..., 0]
-        return _to_unit_range(decode_rgb(example["image"])), _shift_zero_label(category, SCENE_PARSE150_TFDS_CLASSES)
+        label = _shift_zero_label(category, SCENE_PARSE150_TFDS_CLASSES)
+        return _to_unit_range(decode_rgb(example["image"])), label
 
     return Split(examples, count, decode)
 

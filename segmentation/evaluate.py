@@ -8,7 +8,6 @@ and their mirror images, Appendix E.3), and writes colourised predictions of
 a few images as PNGs.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -17,7 +16,7 @@ import keras
 import numpy as np
 
 from kctx.data import add_tfds_arguments
-from kctx.training import read_run
+from kctx.training import read_run, workflow_parser
 from segmentation.configs import get_config
 from segmentation.data import IGNORE_LABEL, evaluation_batches
 from segmentation.models import ResizeToMatch  # noqa: F401 - registers the layers for loading
@@ -127,8 +126,7 @@ def evaluate(model_dir, multi_scale=False, flip=False, num_images=6, batch_size=
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m segmentation.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m segmentation.evaluate", __doc__)
     parser.add_argument("--model-dir", required=True, help="a segmentation.train run directory")
     parser.add_argument("--multi-scale", action="store_true",
                         help=f"average over input scales {MULTI_SCALES}")

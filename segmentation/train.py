@@ -14,7 +14,6 @@ or ``scene_parse150`` train on real data found with ``--data-dir``
 (``segmentation.data``).
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -25,8 +24,8 @@ import numpy as np
 from kctx.data import add_tfds_arguments
 from kctx.distribute import get_strategy
 from kctx.layers import context_block_names
-from kctx.training import StepCheckpoint, check_global_batch, sgd, steps_per_checkpoint, \
-    tensorboard_callback
+from kctx.training import StepCheckpoint, add_run_arguments, check_global_batch, sgd, \
+    steps_per_checkpoint, tensorboard_callback, workflow_parser
 from segmentation.configs import CONFIGS, get_config
 from segmentation.data import IGNORE_LABEL, evaluation_batches, load_split, training_batches
 from segmentation.models import BACKBONES, HEADS, segmenter
@@ -138,8 +137,7 @@ def train(config="digits_seg", context="ham_nmf", steps=None, batch_size=None, c
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m segmentation.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m segmentation.train", __doc__)
     parser.add_argument("--config", default="digits_seg", choices=sorted(CONFIGS))
     parser.add_argument("--context", default="ham_nmf", choices=CONTEXTS)
     parser.add_argument("--steps", type=int, help="training steps (default: per config)")
@@ -150,10 +148,7 @@ def main(argv=None):
     parser.add_argument("--eval-size", type=int,
                         help="evaluate images fitted into this square, batched (default: per "
                              "config; none = each image at its own size)")
-    parser.add_argument("--model-dir", help="checkpoints, model, results (resumes from here)")
-    parser.add_argument("--tpu", help="TPU name or 'local' (TPU VM)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
+    add_run_arguments(parser, "checkpoints, model, results (resumes from here)")
     parser.add_argument("--backbone-weights", help="backbone .weights.h5 (default: random init)")
     add_tfds_arguments(parser, data_dir_help=DATA_DIR_HELP)
     args = parser.parse_args(argv)

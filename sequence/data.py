@@ -145,7 +145,8 @@ def listops(split, data_dir=None, length=2000):
     with open(folder / names[split], newline="") as handle:
         for row in csv.DictReader(handle, delimiter="\t"):
             ids = [vocabulary[t] for t in row["Source"].split()]
-            tokens.append(np.pad(np.asarray(ids[:length], np.int32), (0, max(0, length - len(ids)))))
+            ids = np.asarray(ids[:length], np.int32)
+            tokens.append(np.pad(ids, (0, length - len(ids))))
             labels.append(int(row["Target"]))
     return tf.data.Dataset.from_tensor_slices((np.stack(tokens), np.asarray(labels, np.int32)))
 

@@ -12,7 +12,6 @@ reaches ``--target-accuracy``. Writes ``results.json`` (the JSON record),
 ``history.csv`` and ``model.keras`` to the run directory.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -21,6 +20,7 @@ import time
 import keras
 
 from kctx.distribute import get_strategy
+from kctx.training import add_run_arguments, workflow_parser
 from kctx.models.sequence import psf_sequence_model, transformer_sequence_model
 from kctx.data import add_tfds_arguments
 from sequence.data import ADDING_TOLERANCE, LRA_TASKS, TASKS, TEMPORAL_ORDER_CLASSES, held_out, \
@@ -136,8 +136,7 @@ def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, ev
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m sequence.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = workflow_parser("python -m sequence.train", __doc__)
     parser.add_argument("--task", default="adding", choices=ALL_TASKS)
     parser.add_argument("--model", default="psf", choices=MODELS)
     parser.add_argument("--length", type=int, default=1024,
@@ -155,10 +154,7 @@ def main(argv=None):
     parser.add_argument("--pooling", default="flatten", choices=("flatten", "cls"),
                         help="all positions into the head, or a prepended [CLS] token's output")
     parser.add_argument("--eval-examples", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-dir", help="where results.json, history.csv, model.keras go")
-    parser.add_argument("--tpu", help="TPU name or 'local' (TPU VM)")
-    parser.add_argument("--verbose", type=int, default=1, help="Keras progress bar verbosity")
+    add_run_arguments(parser, "where results.json, history.csv, model.keras go")
     add_tfds_arguments(parser, data_dir_help="LRA: the directory holding lra_release/ (ListOps, "
                                              "Pathfinder) or the TFDS data directory (Text, Image)")
     args = parser.parse_args(argv)

@@ -23,7 +23,8 @@ def test_adding_batches_follow_the_definition():
     np.testing.assert_allclose(targets[:, 0], 0.5 + (values * marks).sum(1) / 4, atol=1e-6)
     # Positions anywhere: both halves and neighbours occur.
     first = marks.argmax(1)
-    assert first.min() < 10 and (marks[:, :25].sum(1) == 2).any() and (marks[:, 25:].sum(1) == 2).any()
+    assert first.min() < 10
+    assert (marks[:, :25].sum(1) == 2).any() and (marks[:, 25:].sum(1) == 2).any()
     again = _numpy(task_batch("adding", 50, 64, [3, 0]))
     np.testing.assert_array_equal(again[0], inputs)
 
