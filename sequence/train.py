@@ -1,10 +1,10 @@
 """``python -m sequence.train --task adding --length 1024 --model psf``: train and report accuracy.
 
-Trains PSF-Attn (``--model psf``) or the Transformer baseline of the same
-width (``--model transformer``) on the Adding or Temporal Order task of
-Khalitov et al. (Sec. 5.2) with Adam (lr 1e-3, batch 40, the paper's
-settings), on fresh batches generated from (seed, step), with a Keras progress
-bar. ``--task listops|text|image|pathfinder`` trains on a Long Range Arena
+Trains the authors' PSF-Attn network (``--model psf``) or their Transformer
+baseline of the same embedding width (``--model transformer``) on the Adding
+or Temporal Order task of Khalitov et al. (Sec. 5.2) with Adam (lr 1e-3,
+batch 40, the paper's settings), on fresh batches generated from (seed,
+step), with a Keras progress bar. ``--task listops|text|image|pathfinder`` trains on a Long Range Arena
 task instead (Sec. 5.3; local files or TFDS under ``--data-dir``, scored on
 its test split). Every ``--eval-every`` steps the model is scored on 5,000 held-out
 sequences; training stops at ``--steps`` or once the held-out accuracy
@@ -37,9 +37,12 @@ def adding_accuracy(y_true, y_pred):
     return keras.ops.cast(error < ADDING_TOLERANCE, "float32")
 
 
-def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=64, num_heads=2,
-                pooling="flatten"):
-    """The ``model`` network for ``task`` at ``length``, compiled (Adam 1e-3)."""
+def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=32, num_heads=1,
+                pooling="flatten", value_units=8, residual="factor"):
+    """The ``model`` network for ``task`` at ``length``, compiled (Adam 1e-3).
+
+    As the authors' code: a position embedding for token tasks, none for
+    Adding (real-valued (a, b) pairs through a linear embedding)."""
     if model not in MODELS:
         raise ValueError(f"Unknown `model`: expected one of {MODELS}. Received: {model!r}")
     if task == "adding":
@@ -52,8 +55,10 @@ def build_model(task, model, length, embed_dim=32, num_blocks=1, hidden_units=64
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
     common = dict(seq_len=length, embed_dim=embed_dim, num_blocks=num_blocks, pooling=pooling,
-                  **data)
-    network = (psf_sequence_model(hidden_units=hidden_units, **common) if model == "psf"
+                  positions=task != "adding", **data)
+    network = (psf_sequence_model(hidden_units=hidden_units, value_units=value_units,
+                                  residual=residual, **common)
+               if model == "psf"
                else transformer_sequence_model(num_heads=num_heads, **common))
     network.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=[metric])
     return network
@@ -78,9 +83,10 @@ class _Seconds(keras.callbacks.Callback):
 
 
 def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, eval_every=250,
-          target_accuracy=0.99, embed_dim=32, num_blocks=1, hidden_units=64, num_heads=2,
+          target_accuracy=0.99, embed_dim=32, num_blocks=1, hidden_units=32, num_heads=1,
           eval_examples=5000, seed=0, model_dir=None, tpu=None, strategy=None, verbose=1,
-          data_dir=None, download=False, pooling="flatten", log=print):
+          data_dir=None, download=False, pooling="flatten", value_units=8, residual="factor",
+          log=print):
     """Train ``model`` on ``task``; returns the JSON record (with the model under ``"model"``).
 
     The record holds the task, model, length, parameters, steps trained,
@@ -109,7 +115,7 @@ def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, ev
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         network = build_model(task, model, length, embed_dim, num_blocks, hidden_units,
-                              num_heads, pooling)
+                              num_heads, pooling, value_units, residual)
     log(f"{model} on {task} (length {length}): {network.count_params():,} parameters; up to "
         f"{steps} steps of batch {batch_size}, held-out accuracy every {eval_every} steps")
     started = time.perf_counter()
@@ -122,6 +128,7 @@ def train(task="adding", model="psf", length=1024, steps=1500, batch_size=40, ev
     scores = network.evaluate(validation, verbose=0, return_dict=True)
     network.save(model_dir / "model.keras")
     record = {"task": task, "model": model, "length": length, "seed": seed, "pooling": pooling,
+              "residual": residual if model == "psf" else None,
               "params": int(network.count_params()), "batch_size": batch_size,
               "steps": int(network.optimizer.iterations.numpy()), "seconds": round(seconds, 1),
               "accuracy": float(scores["accuracy"]), "loss": float(scores["loss"]),
@@ -142,15 +149,20 @@ def main(argv=None):
     parser.add_argument("--length", type=int, default=1024,
                         help="sequence length n (synthetic tasks; LRA tasks have their own)")
     parser.add_argument("--steps", type=int, default=1500,
-                        help="most training steps (about 9 minutes for PSF at length 1024 here)")
+                        help="most training steps (PSF-Attn reaches 99%% on Adding at length "
+                             "1024 in about 1,000, 3 minutes on 2 CPU cores)")
     parser.add_argument("--batch-size", type=int, default=40)
     parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument("--target-accuracy", type=float, default=0.99,
                         help="stop once the held-out accuracy reaches this (0: never)")
     parser.add_argument("--embed-dim", type=int, default=32)
     parser.add_argument("--num-blocks", type=int, default=1)
-    parser.add_argument("--hidden-units", type=int, default=64, help="PSF-Attn MLP width")
-    parser.add_argument("--num-heads", type=int, default=2, help="Transformer heads")
+    parser.add_argument("--hidden-units", type=int, default=32, help="PSF-Attn MLP width")
+    parser.add_argument("--value-units", type=int, default=8, help="PSF-Attn V channels")
+    parser.add_argument("--residual", default="factor", choices=("factor", "output", "none"),
+                        help="PSF-Attn: add V after every factor (the authors' code), once "
+                             "to the output, or not at all")
+    parser.add_argument("--num-heads", type=int, default=1, help="Transformer heads")
     parser.add_argument("--pooling", default="flatten", choices=("flatten", "cls"),
                         help="all positions into the head, or a prepended [CLS] token's output")
     parser.add_argument("--eval-examples", type=int, default=5000)
@@ -162,7 +174,8 @@ def main(argv=None):
           args.target_accuracy, args.embed_dim, args.num_blocks, args.hidden_units,
           args.num_heads, args.eval_examples, args.seed, args.model_dir, args.tpu,
           verbose=args.verbose, data_dir=args.data_dir, download=args.download,
-          pooling=args.pooling)
+          pooling=args.pooling, value_units=args.value_units,
+          residual=None if args.residual == "none" else args.residual)
     return 0
 
 

@@ -100,7 +100,7 @@ def test_adam_fit_decreases_the_error():
         sf.fit(np.zeros((3, 4)))
 
 
-@pytest.mark.parametrize("kwargs", [{}, dict(num_factors=2, value_units=6, residual=False)],
+@pytest.mark.parametrize("kwargs", [{}, dict(num_factors=2, value_units=6, residual="output")],
                          ids=["default", "two-factors"])
 def test_psf_layer_standards(kwargs):
     run_layer_test(PSFAttention, dict(hidden_units=8, **kwargs), (2, 13, 4),
@@ -108,21 +108,33 @@ def test_psf_layer_standards(kwargs):
                    variable_spatial_dims=False)
 
 
-def test_psf_output_is_the_attention_matrix_times_the_values():
-    layer = PSFAttention(hidden_units=8)
+@pytest.mark.parametrize("residual", ["factor", "output", None])
+def test_psf_output_is_the_attention_matrix_times_the_values(residual):
+    layer = PSFAttention(hidden_units=8, residual=residual)
     x = _RNG.standard_normal((2, 19, 5)).astype("float32")
     out = keras.ops.convert_to_numpy(layer(x))
     attention = keras.ops.convert_to_numpy(layer.attention_matrix(x))
     assert attention.shape == (2, 19, 19) and layer.factor_count == chord_num_factors(19)
     assert (np.abs(attention) > 0).all()  # full: every position reaches every other
     value = keras.ops.convert_to_numpy(layer._apply(layer.value_mlp, x))
-    np.testing.assert_allclose(out, attention @ value + value, rtol=1e-4, atol=1e-4)
-    # W⁽¹⁾ is applied first: A = W⁽ᴹ⁾ ⋯ W⁽¹⁾.
+    # The factors in NumPy, W⁽¹⁾ applied first: A = W⁽ᴹ⁾ ⋯ W⁽¹⁾.
     dense = [keras.ops.convert_to_numpy(chord_dense(v)) for v in layer.factor_values(x)]
-    product = dense[0]
-    for factor in dense[1:]:
+    product, expected = np.eye(19), value
+    for factor in dense:
         product = factor @ product
+        expected = factor @ expected + (value if residual == "factor" else 0.0)
+    expected = expected + (value if residual == "output" else 0.0)
     np.testing.assert_allclose(attention, product, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    # The whole linear map V → output: I + Σⱼ W⁽ᴹ⁾⋯W⁽ʲ⁾ for "factor", A + I for "output".
+    mapping = keras.ops.convert_to_numpy(layer.attention_matrix(x, include_residual=True))
+    np.testing.assert_allclose(out, mapping @ value, rtol=1e-4, atol=1e-4)
+    if residual == "factor":
+        partial_sums, suffix = np.eye(19), np.eye(19)
+        for factor in reversed(dense):
+            suffix = suffix @ factor
+            partial_sums = partial_sums + suffix
+        np.testing.assert_allclose(mapping, partial_sums, rtol=1e-4, atol=1e-4)
 
 
 def test_psf_is_a_sequence_block():
@@ -132,3 +144,5 @@ def test_psf_is_a_sequence_block():
         PSFAttention()(keras.Input((None, 4)))
     with pytest.raises(ValueError, match="hidden_units=0"):
         PSFAttention(hidden_units=0)
+    with pytest.raises(ValueError, match="Unknown `residual`.*Received: residual=True"):
+        PSFAttention(residual=True)

@@ -101,6 +101,29 @@ def test_train_cli_writes_the_record_and_the_model(task, model, tmp_path):
                                record["model"].predict(x, verbose=0), atol=1e-5)
 
 
+def test_train_main_parses_the_flags(tmp_path):
+    from sequence.train import main
+
+    assert main(["--task", "adding", "--length", "32", "--steps", "4", "--eval-every", "2",
+                 "--eval-examples", "100", "--residual", "output", "--value-units", "4",
+                 "--hidden-units", "8", "--model-dir", str(tmp_path), "--verbose", "0"]) == 0
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert stored["residual"] == "output" and stored["steps"] == 4
+    layer = keras.saving.load_model(tmp_path / "model.keras").get_layer("block1_psf")
+    assert (layer.residual, layer.value_units, layer.hidden_units) == ("output", 4, 8)
+
+
+def test_psf_network_learns_the_adding_problem(tmp_path):
+    """The paper's PSF network with its defaults solves Adding at length 64 within a few
+    hundred steps of Adam; a LayerNorm + feed-forward layout around the same block did not
+    (41% after 2,000 steps at length 128). Stops at 95% held-out accuracy."""
+    from sequence.train import train
+
+    record = train("adding", "psf", length=64, steps=800, eval_every=100, eval_examples=500,
+                   target_accuracy=0.95, model_dir=tmp_path, verbose=0, log=lambda m: None)
+    assert record["accuracy"] >= 0.95, record["val_accuracy"]
+
+
 def test_listops_reads_the_tsv_and_pads(tmp_path):
     from sequence.data import LISTOPS_TOKENS, lra_dataset
 

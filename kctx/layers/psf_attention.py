@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import check_positive_int
+from kctx._validation import check_choice, check_positive_int
 from kctx.layers.context_block import register_context_block
 from kctx.ops.chord import chord_dense, chord_matmul, chord_num_factors, chord_width
 
@@ -21,9 +21,12 @@ def _mlp(hidden_units, output_units, name, layer):
     ]
 
 
+RESIDUALS = ("factor", "output", None)
+
+
 @keras.saving.register_keras_serializable(package="kctx")
 class PSFAttention(keras.layers.Layer):
-    """Parametric sparse-factorization attention: E_new = W⁽ᴹ⁾ ⋯ W⁽²⁾ W⁽¹⁾ V (+ V).
+    """Parametric sparse-factorization attention: E_new = W⁽ᴹ⁾(⋯(W⁽¹⁾V + V)⋯) + V.
 
     For a sequence E (n×c), factor m is a chord-sparse n×n matrix whose row i
     holds the L = 1 + ⌈log₂ n⌉ outputs of an MLP f⁽ᵐ⁾ (Dense → GELU → Dense)
@@ -33,15 +36,21 @@ class PSFAttention(keras.layers.Layer):
     block is O(M·n·log n·c) = O(n log² n · c) with M = :func:`kctx.ops.chord_num_factors`
     (n) factors, and the implied attention matrix A = W⁽ᴹ⁾ ⋯ W⁽¹⁾ is full
     (every position can reach every other) but never formed. There is no
-    softmax. With ``residual`` the output is A V + V. The factor products are
-    computed in float32 under mixed precision.
+    softmax. The factor products are computed in float32 under mixed precision.
+
+    The residual to V ("optional" in Fig. 3) is placed as in the authors'
+    code: with ``residual="factor"`` V is added back after every factor,
+    V⁽ᵐ⁾ = W⁽ᵐ⁾V⁽ᵐ⁻¹⁾ + V, so the output is (I + Σⱼ W⁽ᴹ⁾⋯W⁽ʲ⁾) V: every
+    partial product is a path for the gradient and a deep product of random
+    factors cannot swamp V. ``"output"`` gives A V + V and ``None`` gives A V.
 
     Args:
         num_factors: M (default :func:`kctx.ops.chord_num_factors` (n), the
             fewest for a full A).
         hidden_units: width of the hidden layer of every MLP.
         value_units: channels of V and of the output (default: the input's).
-        residual: add V to the output.
+        residual: ``"factor"`` (add V after every factor, the authors'
+            code), ``"output"`` (add V once, to A V) or ``None``.
         kernel_initializer, kernel_regularizer: of the MLPs' Dense layers.
         **kwargs: base layer arguments.
 
@@ -50,8 +59,8 @@ class PSFAttention(keras.layers.Layer):
 
     Example:
 
-    >>> layer = PSFAttention(hidden_units=16)
-    >>> layer(keras.random.normal((2, 100, 8))).shape
+    >>> layer = PSFAttention(hidden_units=16, value_units=8)
+    >>> layer(keras.random.normal((2, 100, 32))).shape
     (2, 100, 8)
 
     Reference:
@@ -60,12 +69,13 @@ class PSFAttention(keras.layers.Layer):
         (the Chord non-zero pattern).
     """
 
-    def __init__(self, num_factors=None, hidden_units=64, value_units=None, residual=True,
+    def __init__(self, num_factors=None, hidden_units=32, value_units=None, residual="factor",
                  kernel_initializer="glorot_uniform", kernel_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("num_factors", num_factors, allow_none=True)
         check_positive_int("hidden_units", hidden_units)
         check_positive_int("value_units", value_units, allow_none=True)
+        check_choice("residual", residual, RESIDUALS)
         self.num_factors = num_factors
         self.hidden_units = hidden_units
         self.value_units = value_units
@@ -103,19 +113,31 @@ class PSFAttention(keras.layers.Layer):
 
     def call(self, inputs):
         value = self._apply(self.value_mlp, inputs)
-        out = ops.cast(value, "float32")
+        value32 = ops.cast(value, "float32")
+        out = value32
         for values in self.factor_values(inputs):  # W⁽¹⁾ first
             out = chord_matmul(ops.cast(values, "float32"), out)
-        out = ops.cast(out, value.dtype)
-        return out + value if self.residual else out
+            if self.residual == "factor":
+                out = out + value32
+        if self.residual == "output":
+            out = out + value32
+        return ops.cast(out, value.dtype)
 
-    def attention_matrix(self, inputs):
+    def attention_matrix(self, inputs, include_residual=False):
         """The dense attention A = W⁽ᴹ⁾ ⋯ W⁽¹⁾ (batch, n, n) for ``inputs``: row i
-        is how much each position contributes to output i (Fig. 7–8 of the paper)."""
+        is how much each position contributes to output i (Fig. 7–8 of the paper).
+
+        With ``include_residual`` the whole linear map from V to the output is
+        returned instead (output = map · V): I + Σⱼ W⁽ᴹ⁾⋯W⁽ʲ⁾ for
+        ``residual="factor"``, A + I for ``"output"``."""
         matrix = None
         for values in self.factor_values(ops.convert_to_tensor(inputs)):
             dense = chord_dense(ops.cast(values, "float32"))
             matrix = dense if matrix is None else ops.matmul(dense, matrix)
+            if include_residual and self.residual == "factor":
+                matrix = matrix + ops.eye(self.length, dtype=matrix.dtype)
+        if include_residual and self.residual == "output":
+            matrix = matrix + ops.eye(self.length, dtype=matrix.dtype)
         return matrix
 
     def compute_output_shape(self, input_shape):

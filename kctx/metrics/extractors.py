@@ -141,7 +141,10 @@ def digits_classifier(weights=None, log=print):
         if weights:
             raise FileNotFoundError(f"Digits classifier weights not found: {path}")
         model, accuracy = train_digits_classifier()
-        model.save(path)
+        # Write then rename, so a process reading the cache never sees half a file.
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.keras")
+        model.save(partial)
+        os.replace(partial, path)
         if log:
             log(f"trained the digits classifier for FCD (test accuracy {accuracy:.3f}); "
                 f"cached at {path}")
