@@ -40,9 +40,9 @@ class PSFAttention(keras.layers.Layer):
 
     The residual to V ("optional" in Fig. 3) is placed as in the authors'
     code: with ``residual="factor"`` V is added back after every factor,
-    V⁽ᵐ⁾ = W⁽ᵐ⁾V⁽ᵐ⁻¹⁾ + V, so the output is (I + Σⱼ W⁽ᴹ⁾⋯W⁽ʲ⁾) V: every
-    partial product is a path for the gradient and a deep product of random
-    factors cannot swamp V. ``"output"`` gives A V + V and ``None`` gives A V.
+    V⁽ᵐ⁾ = W⁽ᵐ⁾V⁽ᵐ⁻¹⁾ + V, so the output is (I + Σⱼ W⁽ᴹ⁾⋯W⁽ʲ⁾) V: V reaches
+    the output through every partial product, not only the deepest one.
+    ``"output"`` gives A V + V and ``None`` gives A V.
 
     Args:
         num_factors: M (default :func:`kctx.ops.chord_num_factors` (n), the
