@@ -170,12 +170,10 @@ def main(argv=None):
     add_tfds_arguments(parser, data_dir_help="LRA: the directory holding lra_release/ (ListOps, "
                                              "Pathfinder) or the TFDS data directory (Text, Image)")
     args = parser.parse_args(argv)
-    train(args.task, args.model, args.length, args.steps, args.batch_size, args.eval_every,
-          args.target_accuracy, args.embed_dim, args.num_blocks, args.hidden_units,
-          args.num_heads, args.eval_examples, args.seed, args.model_dir, args.tpu,
-          verbose=args.verbose, data_dir=args.data_dir, download=args.download,
-          pooling=args.pooling, value_units=args.value_units,
-          residual=None if args.residual == "none" else args.residual)
+    options = vars(args)
+    options.pop("manual_dir")  # no LRA task needs TFDS manual downloads
+    options["residual"] = None if args.residual == "none" else args.residual
+    train(**options)
     return 0
 
 
