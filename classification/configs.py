@@ -1,13 +1,18 @@
-"""Named classification configurations: data, preprocessing and the optimisation recipe."""
+"""Named classification configurations: model, data, preprocessing and the optimisation recipe."""
 
 import dataclasses
 
-from kctx.training import replace_config
+from kctx.layers import check_context_block
+from kctx.models import KANET_FAMILY, resnet50_positions
+from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+
+MODELS = tuple(KANET_FAMILY)
+BACKBONES = ("resnet50",)
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassificationConfig:
-    """One experiment's settings.
+    """One experiment's settings (every field is a ``python -m classification.train`` flag).
 
     Preprocessing: images are scaled to [-1, 1]; training images are resized
     to ``resize``×``resize`` (when set), padded by ``pad`` pixels of value −1,
@@ -18,6 +23,39 @@ class ClassificationConfig:
     multiplied by ``decay_factor`` at each epoch in ``decay_epochs``,
     decoupled weight decay ``weight_decay`` on kernels (not on biases or
     batch-norm scales), ``epochs`` passes over ``train_split``.
+
+    Attributes:
+        name: the config's name.
+        dataset: ``digits`` (embedded) or a TFDS name (cifar10, imagenette/320px-v2,
+            imagenet2012).
+        image_size: side of the (cropped) input images.
+        num_classes: classes of the dataset.
+        model: kanet_kv, kanet_qkv, mobilenet_v2, attnnet, attnnet_pool, mobilenet_v2_kao or
+            kanet_none (a row of the KANet paper's Tables 2–4); ignored with a backbone.
+        backbone: none, or resnet50 (keras.applications, random initialisation) to train
+            with context blocks inserted.
+        context: with a backbone, the context block inserted (a kctx.layers.context_block
+            name; none: the plain backbone).
+        at: with a backbone, the stages the block goes into: res2..res5 or e.g. res3+4+5.
+        batch_size: global batch size.
+        epochs: passes over the training split.
+        learning_rate: initial learning rate.
+        decay_epochs: epochs at which the learning rate is multiplied by decay_factor (a
+            shorter --epochs keeps them at the same fractions).
+        decay_factor: the learning-rate multiplier at each decay epoch.
+        momentum: SGD momentum.
+        weight_decay: decoupled weight decay on kernels.
+        dropout_rate: dropout before the classifier.
+        width_multiplier: MobileNetV2's α.
+        output_stride: the network's total downsampling: 32, 16 or 8.
+        norm_momentum: momentum of every batch normalisation.
+        resize: side the images are resized to before cropping (none: no resize).
+        pad: pixels of value -1 padded around training images before the random crop.
+        flip: random left-right flips in training.
+        train_split: the split trained on.
+        eval_split: the held-out split.
+        validation_freq: epochs between held-out evaluations during training.
+        eval_batch_size: batch of the held-out evaluation (none: batch_size).
     """
 
     name: str
@@ -28,6 +66,10 @@ class ClassificationConfig:
     epochs: int
     learning_rate: float
     decay_epochs: tuple
+    model: str = "kanet_kv"
+    backbone: str | None = None
+    context: str | None = None
+    at: str = "res4"
     decay_factor: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 4e-5
@@ -41,8 +83,27 @@ class ClassificationConfig:
     train_split: str = "train"
     eval_split: str = "test"
     validation_freq: int = 1
+    eval_batch_size: int | None = None
 
     def __post_init__(self):
+        check_positive(self, "image_size", "num_classes", "batch_size", "epochs",
+                       "validation_freq")
+        check_positive(self, "learning_rate", "width_multiplier", integer=False)
+        check_nonnegative(self, "pad")
+        check_nonnegative(self, "weight_decay", "dropout_rate", "momentum", integer=False)
+        if self.eval_batch_size is not None:
+            check_positive(self, "eval_batch_size")
+        check_one_of(self, "model", MODELS)
+        check_one_of(self, "output_stride", (8, 16, 32))
+        if self.backbone is None and self.context is not None:
+            raise ValueError(f"{self.name}: `context` / --context is inserted into a "
+                             f"`backbone` / --backbone (one of {BACKBONES}). Received: "
+                             f"context={self.context!r}, backbone=None")
+        if self.backbone is not None:
+            check_one_of(self, "backbone", BACKBONES)
+            if self.context is not None:
+                check_context_block(self.context, also=("none",))
+            resnet50_positions(self.at)  # a named error for a bad stage
         if any(not 0 < e < self.epochs for e in self.decay_epochs) or \
                 list(self.decay_epochs) != sorted(self.decay_epochs):
             raise ValueError(
@@ -97,11 +158,20 @@ CONFIGS = {
 }
 
 
+def model_label(config):
+    """The run's model name: ``model``, or ``<backbone>-<context>-<at>`` with a backbone."""
+    if config.backbone is None:
+        return config.model
+    context = config.context or "none"
+    return f"{config.backbone}-{context}" + (
+        "" if context == "none" else f"-{config.at.replace('+', '')}")
+
+
 def get_config(name, **overrides):
-    """A named config, optionally with fields replaced (``None`` values are ignored)."""
+    """A named config with fields replaced (:func:`kctx.training.replace_config`); a new
+    ``epochs`` moves the decay epochs to the same fractions of training."""
     config = replace_config(CONFIGS, name, "classification")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if "epochs" in overrides and "decay_epochs" not in overrides:
+    if overrides.get("epochs") is not None and "decay_epochs" not in overrides:
         # Keep the schedule's shape: decays at the same fractions of training.
         scale = overrides["epochs"] / config.epochs
         overrides["decay_epochs"] = tuple(

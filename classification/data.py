@@ -11,10 +11,11 @@ held-out split in file order, centre-cropped, every example once.
 import numpy as np
 import tensorflow as tf
 
-from kctx.data import decode_rgb, digits, streaming_batches, tfds_image_examples
+from kctx.data import decode_rgb, digits, sharded_examples, streaming_batches, \
+    tfds_image_examples
 
 
-def _examples(config, split, data_dir=None, manual_dir=None, download=False):
+def split_examples(config, split, data_dir=None, manual_dir=None, download=False):
     """(examples of {"image", "label"}, count): digits as RGB floats, TFDS still encoded."""
     if config.dataset == "digits":
         images, labels = digits(split, image_size=config.image_size)
@@ -79,49 +80,42 @@ def eval_preprocess(config):
 
 
 def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=None,
-                     download=False, shuffle_buffer=10_000):
+                     download=False, shuffle_buffer=10_000, input_context=None):
     """The endless training stream of ``config`` from ``start_step``, and its epoch length.
 
     Returns:
         ``(dataset, steps_per_epoch)``: batches ``(images (B, S, S, 3)
-        float32, labels (B,) int32)`` with static shapes; an epoch is
-        ``num_examples // batch_size`` steps.
+        float32, labels (B,) int32)`` with static shapes (with an
+        ``input_context``: this input pipeline's per-replica slices, see
+        :func:`kctx.data.replica_slices`); an epoch is ``num_examples //
+        batch_size`` steps.
     """
-    examples, count = _examples(config, config.train_split, data_dir, manual_dir, download)
+    examples, count = split_examples(config, config.train_split, data_dir, manual_dir, download)
     steps_per_epoch = count // config.batch_size
     if steps_per_epoch < 1:
         raise ValueError(f"`batch_size` must not exceed the {count} training examples of "
                          f"{config.dataset}. Received: batch_size={config.batch_size}")
     stream = streaming_batches(examples, train_preprocess(config, seed), count,
                                config.batch_size, seed=seed, start_step=start_step,
-                               shuffle_buffer=min(shuffle_buffer, count))
+                               shuffle_buffer=min(shuffle_buffer, count),
+                               input_context=input_context)
     return stream, steps_per_epoch
 
 
 def evaluation_batches(config, batch_size=None, data_dir=None, manual_dir=None,
-                       download=False, split=None, replicas=1):
+                       download=False, split=None, input_context=None):
     """The held-out split (``config.eval_split``), centre-cropped, every example once.
 
-    Yields ``(images, labels)``; with several ``replicas``, ``(images,
-    labels, weights)``: the split is padded with weight-0 blank images to a
-    multiple of ``replicas`` and ``batch_size`` (default
-    ``config.batch_size``) is rounded down to one, so every batch splits
-    evenly. Keras builds a model under a strategy from the cross-replica mean
-    of the first batch, which fails on unequal shards, and a replica given an
-    empty shard fails in its convolutions. Weighted top-k accuracies are then
-    exact; the mean loss of the last batch counts the padding (at most
-    ``replicas − 1`` examples) in its denominator.
+    Yields ``(images, labels, weights)``: the split is padded with weight-0
+    blank images so that every replica of every input pipeline gets equally
+    many equal batches (:func:`kctx.data.sharded_examples`); weighted top-k
+    accuracies are then exact, and the mean loss of the last batch counts the
+    padding in its denominator. ``batch_size`` (default
+    ``config.eval_batch_size`` or ``config.batch_size``) is the global batch.
     """
-    examples, count = _examples(config, split or config.eval_split, data_dir, manual_dir,
+    examples, count = split_examples(config, split or config.eval_split, data_dir, manual_dir,
                                 download)
-    dataset = examples.map(eval_preprocess(config), num_parallel_calls=tf.data.AUTOTUNE,
-                           deterministic=True)
-    size = batch_size or config.batch_size
-    if replicas > 1:
-        size = max(replicas, size // replicas * replicas)
-        padding = (-count) % replicas
-        blank = (tf.fill((config.image_size, config.image_size, 3), -1.0), tf.constant(0))
-        dataset = dataset.map(lambda image, label: (image, label, tf.constant(1.0)))
-        dataset = dataset.concatenate(
-            tf.data.Dataset.from_tensors(blank + (tf.constant(0.0),)).repeat(padding))
-    return dataset.batch(size).prefetch(tf.data.AUTOTUNE)
+    blank = (tf.fill((config.image_size, config.image_size, 3), -1.0), tf.constant(0))
+    size = batch_size or config.eval_batch_size or config.batch_size
+    return sharded_examples(examples, count, size, blank, input_context,
+                            preprocess=eval_preprocess(config)).prefetch(tf.data.AUTOTUNE)

@@ -9,6 +9,7 @@ interleaving the timed steps so that machine noise hits all three alike, and
 prints the overhead over ``none``.
 """
 
+import argparse
 import os
 import statistics
 import time
@@ -18,10 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from gan.configs import get_config
-from gan.models import CONTEXTS
-from gan.train import build_gan
+from gan.models import CONTEXTS, build_gan
 from kctx.bench import report
-from kctx.training import workflow_parser
 
 
 def _batch(config, batch_size, seed=0):
@@ -92,7 +91,8 @@ def format_table(rows):
 
 
 def main(argv=None):
-    parser = workflow_parser("python -m gan.bench", __doc__)
+    parser = argparse.ArgumentParser(prog="python -m gan.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="imagenet128_hamgan_baby")
     parser.add_argument("--contexts", nargs="*", default=list(CONTEXTS), choices=CONTEXTS)
     parser.add_argument("--batch-size", type=int, default=4)

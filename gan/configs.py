@@ -1,20 +1,50 @@
-"""Named GAN configurations (architecture + optimisation)."""
+"""Named GAN configurations (architecture, optimisation, evaluation)."""
 
 import dataclasses
 
-from kctx.training import replace_config
+from kctx.layers import check_context_block
+from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+
+EXTRACTORS = ("digits_classifier", "inception_v3")
 
 
 @dataclasses.dataclass(frozen=True)
 class GANConfig:
-    """One experiment's settings.
+    """One experiment's settings (every field is a ``python -m gan.train`` flag).
 
-    ``generator_channels`` are the output channels of G's up-blocks (4×4 → 8×8
-    → … → resolution); ``discriminator_blocks`` are D's (channels, downsample)
-    residual blocks. The context block sits after the G block that outputs
-    ``g_context_resolution`` and after the D block that outputs
-    ``d_context_resolution``. ``train_split`` / ``eval_split`` name the
-    dataset splits trained on and compared against for FID.
+    Attributes:
+        name: the config's name.
+        dataset: ``digits`` (embedded) or a TFDS name (cifar10, celeb_a, imagenet2012).
+        resolution: image side in pixels.
+        image_channels: 1 (grey) or 3 (RGB).
+        num_classes: classes the GAN is conditioned on (1: unconditional).
+        latent_dim: length of the noise vector z.
+        base_channels: channels of G's 4×4 input map.
+        generator_channels: output channels of G's up-blocks (4×4 → 8×8 → … → resolution).
+        discriminator_blocks: D's residual blocks as (channels, downsample) pairs.
+        g_context_resolution: the context block follows the G block with this output side.
+        d_context_resolution: the context block follows the first D block with this output side.
+        context: the context block in G and D: ham_nmf, self_attention or none (with the
+            gan recipe of kctx.layers.context_block), or any other block name.
+        batch_size: global batch size.
+        g_learning_rate: Adam learning rate of G (TTUR).
+        d_learning_rate: Adam learning rate of D (TTUR).
+        beta_1: Adam β₁ of both optimizers.
+        beta_2: Adam β₂ of both optimizers.
+        d_steps: D steps per G step (on the same batch).
+        ema_decay: decay of the EMA of G's weights (BigGAN); none keeps no EMA.
+        ema_start: G step from which the EMA averages (before it, a copy of G).
+        steps: training steps (one D and one G update each).
+        sample_every: steps between sample-grid PNGs.
+        checkpoint_every: steps between checkpoints.
+        train_split: the split trained on.
+        eval_split: the real images the FID / FCD compares with.
+        eval_samples: generated images scored at the end (FID / FCD; 0 skips the score).
+        eval_real: real images scored (none: max(eval_samples, 10000), at most the split).
+        extractor: feature extractor of the Fréchet distance: digits_classifier (FCD) or
+            inception_v3 (FID); none picks by dataset.
+        extractor_weights: InceptionV3 weights file, when not in the Keras cache.
+        sample_with_ema: sample and score with the EMA generator when the run keeps one.
     """
 
     name: str
@@ -28,6 +58,7 @@ class GANConfig:
     discriminator_blocks: tuple
     g_context_resolution: int
     d_context_resolution: int
+    context: str
     batch_size: int
     g_learning_rate: float
     d_learning_rate: float
@@ -41,8 +72,26 @@ class GANConfig:
     checkpoint_every: int = 500
     train_split: str = "train"
     eval_split: str = "train"
+    eval_samples: int = 10_000
+    eval_real: int | None = None
+    extractor: str | None = None
+    extractor_weights: str | None = None
+    sample_with_ema: bool = True
 
     def __post_init__(self):
+        check_positive(self, "resolution", "image_channels", "num_classes", "latent_dim",
+                       "base_channels", "batch_size", "d_steps", "steps", "sample_every",
+                       "checkpoint_every")
+        check_positive(self, "g_learning_rate", "d_learning_rate", integer=False)
+        check_nonnegative(self, "eval_samples", "ema_start")
+        check_context_block(self.context)
+        if self.extractor is not None:
+            check_one_of(self, "extractor", EXTRACTORS)
+        if self.eval_real is not None:
+            check_positive(self, "eval_real")
+        if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"{self.name}: `ema_decay` must be in [0, 1) or none. "
+                             f"Received: ema_decay={self.ema_decay!r}")
         expected = self.resolution // 4
         if 2 ** len(self.generator_channels) != expected:
             raise ValueError(
@@ -61,7 +110,7 @@ def _sagan_128(name, batch_size):
         generator_channels=(16 * ch, 8 * ch, 4 * ch, 2 * ch, ch),
         discriminator_blocks=((ch, True), (2 * ch, True), (4 * ch, True), (8 * ch, True),
                               (16 * ch, True), (16 * ch, False)),
-        g_context_resolution=32, d_context_resolution=32,
+        g_context_resolution=32, d_context_resolution=32, context="ham_nmf",
         batch_size=batch_size, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, d_steps=1, ema_decay=0.9999, ema_start=20_000, steps=1_000_000,
         sample_every=5000, checkpoint_every=5000, eval_split="validation",
@@ -75,19 +124,19 @@ CONFIGS = {
         name="digits", dataset="digits", resolution=32, image_channels=1, num_classes=10,
         latent_dim=64, base_channels=128, generator_channels=(128, 64, 32),
         discriminator_blocks=((32, True), (64, True), (64, False)),
-        g_context_resolution=32, d_context_resolution=16,
+        g_context_resolution=32, d_context_resolution=16, context="ham_nmf",
         batch_size=64, g_learning_rate=2e-4, d_learning_rate=4e-4,
         # No EMA: a 10-minute run is too short for one (the average would still
         # hold early weights, and G's batch-norm statistics would not match it).
         beta_1=0.0, beta_2=0.9, ema_decay=None, steps=1500, sample_every=500,
-        checkpoint_every=500, train_split="all", eval_split="all",
+        checkpoint_every=500, train_split="all", eval_split="all", eval_samples=2000,
     ),
     # SNGAN/BigGAN-style CIFAR-10 (32×32).
     "cifar10": GANConfig(
         name="cifar10", dataset="cifar10", resolution=32, image_channels=3, num_classes=10,
         latent_dim=128, base_channels=256, generator_channels=(256, 256, 256),
         discriminator_blocks=((128, True), (128, True), (128, False), (128, False)),
-        g_context_resolution=32, d_context_resolution=16,
+        g_context_resolution=32, d_context_resolution=16, context="ham_nmf",
         batch_size=64, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
         sample_every=2000,
@@ -99,7 +148,7 @@ CONFIGS = {
         name="celeba64", dataset="celeb_a", resolution=64, image_channels=3, num_classes=1,
         latent_dim=128, base_channels=512, generator_channels=(512, 256, 128, 64),
         discriminator_blocks=((64, True), (128, True), (256, True), (512, True), (512, False)),
-        g_context_resolution=32, d_context_resolution=32,
+        g_context_resolution=32, d_context_resolution=32, context="ham_nmf",
         batch_size=64, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
         sample_every=2000, checkpoint_every=2000,

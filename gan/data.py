@@ -29,38 +29,47 @@ def _noise(step, seed, batch_size, latent_dim, num_classes):
 
 
 def _attach_noise(seed, batch_size, latent_dim, num_classes):
-    def attach(step, batch):
+    """``transform(step, batch, offset)``: the batch with its examples' slice of the
+    global batch's noise (drawn for the whole global batch, so every replica slice
+    gets the noise the one-device step would give those examples)."""
+    def attach(step, batch, offset):
         batch = dict(batch)
-        batch.update(_noise(step, seed, batch_size, latent_dim, num_classes))
+        size = batch["labels"].shape[0] or tf.shape(batch["labels"])[0]  # static if known
+        index = tf.cast(offset, tf.int32) + tf.range(size)
+        for key, value in _noise(step, seed, batch_size, latent_dim, num_classes).items():
+            batch[key] = tf.gather(value, index)
         return batch
 
     return attach
 
 
 def in_memory_batches(images, labels, batch_size, latent_dim, num_classes, seed=0,
-                      start_step=0):
+                      start_step=0, input_context=None):
     """Training batches from in-memory arrays; batch k is a pure function of (seed, k).
 
     The images and labels of :func:`kctx.data.indexed_batches` (an exact,
-    O(1) resume at ``start_step``) with the step's noise attached.
+    O(1) resume at ``start_step``; per-replica slices with an
+    ``input_context``) with the step's noise attached.
     """
     return indexed_batches(
         {"images": np.asarray(images, np.float32), "labels": np.asarray(labels, np.int32)},
-        batch_size, seed=seed, start_step=start_step,
+        batch_size, seed=seed, start_step=start_step, input_context=input_context,
         transform=_attach_noise(seed, batch_size, latent_dim, num_classes))
 
 
 def streaming_batches(examples, preprocess, num_examples, batch_size, latent_dim, num_classes,
-                      seed=0, start_step=0, shuffle_buffer=10_000):
+                      seed=0, start_step=0, shuffle_buffer=10_000, input_context=None):
     """Training batches from a large ``tf.data`` dataset (TFDS), batch k a function of (seed, k).
 
     :func:`kctx.data.streaming_batches` (epoch-seeded shuffles, a resume
-    that skips at most one epoch of encoded records) with the step's noise
-    attached; ``preprocess(example)`` decodes one example.
+    that skips at most one epoch of encoded records, each host decoding only
+    its slices) with the step's noise attached; ``preprocess(example)``
+    decodes one example.
     """
     return kctx_streaming_batches(
         examples, lambda index, example: preprocess(example), num_examples, batch_size,
         seed=seed, start_step=start_step, shuffle_buffer=shuffle_buffer,
+        input_context=input_context,
         transform=_attach_noise(seed, batch_size, latent_dim, num_classes))
 
 
@@ -111,22 +120,23 @@ def gan_images(name, split, resolution, data_dir=None, manual_dir=None, download
 
 
 def digits_batches(batch_size, latent_dim, num_classes=10, seed=0, start_step=0, split="all",
-                   image_size=32):
+                   image_size=32, input_context=None):
     """The embedded default: scikit-learn digits (1,797 real scans) at 32×32 in [-1, 1]."""
     images, labels = digits(split, image_size=image_size)
     return in_memory_batches(images, labels, batch_size, latent_dim, num_classes, seed=seed,
-                             start_step=start_step)
+                             start_step=start_step, input_context=input_context)
 
 
 def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=None,
-                     download=False):
-    """The training stream of ``config`` (a :class:`gan.configs.GANConfig`) from ``start_step``."""
+                     download=False, input_context=None):
+    """The training stream of ``config`` (a :class:`gan.configs.GANConfig`) from
+    ``start_step`` (this input pipeline's per-replica slices with an ``input_context``)."""
     if config.dataset == "digits":
         return digits_batches(config.batch_size, config.latent_dim, config.num_classes,
                               seed=seed, start_step=start_step, split=config.train_split,
-                              image_size=config.resolution)
+                              image_size=config.resolution, input_context=input_context)
     examples, preprocess, num_examples = tfds_examples(
         config.dataset, config.train_split, config.resolution, data_dir, manual_dir, download)
     return streaming_batches(examples, preprocess, num_examples, config.batch_size,
                              config.latent_dim, config.num_classes, seed=seed,
-                             start_step=start_step)
+                             start_step=start_step, input_context=input_context)

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx.distribute import cross_replica_mean
+from kctx.ops import cross_replica_mean
 
 
 @keras.saving.register_keras_serializable(package="gan")

@@ -9,37 +9,38 @@ from gan.layers import (
     generator_block,
     spectral_norm,
 )
+from gan.model import ConditionalGAN
 from kctx.layers import context_block
 
-CONTEXTS = ("ham_nmf", "self_attention", "none")
+CONTEXTS = ("ham_nmf", "self_attention", "none")  # the blocks HamGAN compares
 
 
 def context_layer(name, channels, layer_name):
-    """The context block at a feature map of ``channels`` channels.
-
-    ``ham_nmf``: Hamburger with d = channels, r = d/8, K = 6 (Appendix E.4),
-    cross-replica BN and a residual scale σ initialised to 0; fresh random
-    bases every training step and one fixed seeded draw at inference, so a
-    trained generator samples reproducibly (and equals its reloaded copy);
-    ``self_attention``: SAGAN's block (C/8 keys, C/2 values, 2×2-pooled keys
-    and values, no scaling, γ = 0); any other registered name is passed through.
-    """
-    if name == "ham_nmf":
-        return context_block(
-            "ham_nmf", rank=max(1, channels // 8), steps=6, synchronized_batch_norm=True,
-            residual_scale_init=0.0, seed=0, name=layer_name,
-        )
-    if name == "self_attention":
-        return context_block(
-            "self_attention", key_dim=max(1, channels // 8), value_dim=max(1, channels // 2),
-            pool_size=2, use_scale=False, name=layer_name,
-        )
-    return context_block(name, name=layer_name)
+    """The context block ``name`` at a feature map of ``channels`` channels, with the
+    ``"gan"`` recipe of :func:`kctx.layers.context_block` (HamGAN's ham: r = d/8,
+    K = 6, cross-replica BN, σ = 0, seeded; SAGAN's attention), or the block's own
+    defaults for blocks without one."""
+    return context_block(name, recipe="gan", channels=channels, name=layer_name)
 
 
-def build_generator(config, context="ham_nmf", name="generator"):
+def build_gan(config, context=None):
+    """G, D, EMA and both Adam optimizers (TTUR); call it in the strategy scope."""
+    context = context or config.context
+    gan = ConditionalGAN(
+        build_generator(config, context), build_discriminator(config, context),
+        ema_decay=config.ema_decay, ema_start=config.ema_start, d_steps=config.d_steps,
+    )
+    gan.compile(
+        keras.optimizers.Adam(config.g_learning_rate, config.beta_1, config.beta_2),
+        keras.optimizers.Adam(config.d_learning_rate, config.beta_1, config.beta_2),
+    )
+    return gan
+
+
+def build_generator(config, context=None, name="generator"):
     """G(z, y): SN linear → 4×4 → residual up-blocks (class-conditional BN) with the
     context block at ``config.g_context_resolution`` → BN → ReLU → SN conv → tanh."""
+    context = context or config.context
     z = keras.Input((config.latent_dim,), name="z")
     labels = keras.Input((), dtype="int32", name="labels")
     x = spectral_norm(keras.layers.Dense(4 * 4 * config.base_channels, name="g_linear"))(z)
@@ -57,10 +58,11 @@ def build_generator(config, context="ham_nmf", name="generator"):
     return keras.Model([z, labels], images, name=name)
 
 
-def build_discriminator(config, context="ham_nmf", name="discriminator"):
+def build_discriminator(config, context=None, name="discriminator"):
     """D(x, y): residual down-blocks with the context block at
     ``config.d_context_resolution``, ReLU, global sum pooling, SN linear plus the
     projection ⟨embed(y), h⟩ (Miyato & Koyama 2018)."""
+    context = context or config.context
     images = keras.Input((config.resolution, config.resolution, config.image_channels),
                          name="images")
     labels = keras.Input((), dtype="int32", name="labels")

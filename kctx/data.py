@@ -169,7 +169,38 @@ def _stream_seed(seed, *more):
     return tf.stack([tf.cast(seed, tf.int64)] + [tf.cast(m, tf.int64) for m in more])
 
 
-def indexed_batches(arrays, batch_size, seed=0, start_step=0, transform=None):
+def replica_slices(batch_size, input_context=None):
+    """The slices of every global batch that one input pipeline yields, in order.
+
+    Under ``strategy.distribute_datasets_from_function`` each input pipeline
+    (one per host) feeds its local replicas one batch each, in turn. Pipeline
+    i of P, with R/P of the R replicas, yields for global batch k the slices
+    at offsets ``(i·R/P + j)·b``, j = 0 … R/P − 1, of ``b = batch_size / R``
+    examples each: the replicas together see exactly global batch k, and each
+    host reads and augments only its own part.
+
+    Args:
+        batch_size: the global batch size.
+        input_context: a ``tf.distribute.InputContext``, or None for one
+            pipeline and one replica.
+
+    Returns:
+        ``(per_replica_batch_size, offsets)``.
+    """
+    if input_context is None:
+        return batch_size, (0,)
+    replicas = input_context.num_replicas_in_sync
+    pipelines = input_context.num_input_pipelines
+    if batch_size % replicas:
+        raise ValueError(f"`batch_size` must be a multiple of the {replicas} replicas. "
+                         f"Received: batch_size={batch_size}")
+    per_replica, local = batch_size // replicas, replicas // pipelines
+    first = input_context.input_pipeline_id * local
+    return per_replica, tuple((first + j) * per_replica for j in range(local))
+
+
+def indexed_batches(arrays, batch_size, seed=0, start_step=0, transform=None,
+                    input_context=None):
     """Endless training batches from in-memory arrays; batch k a pure function of (seed, k).
 
     Epoch e visits the examples in the order of a stateless permutation keyed
@@ -180,12 +211,16 @@ def indexed_batches(arrays, batch_size, seed=0, start_step=0, transform=None):
 
     Args:
         arrays: dict of equally long arrays (e.g. ``{"images", "labels"}``).
-        batch_size: examples per batch (global batch under a strategy).
+        batch_size: examples per global batch.
         seed: the stream's seed.
         start_step: index of the first batch.
-        transform: optional ``fn(step, batch) -> batch`` applied to each batch
-            (augmentation or noise keyed on the step, e.g. with stateless ops
-            seeded by ``(seed, step)``).
+        transform: optional ``fn(step, batch, offset) -> batch`` applied to
+            each batch, which holds the examples ``offset``, ``offset + 1``,
+            ... of global batch ``step`` (augmentation or noise keyed on the
+            step, e.g. with stateless ops seeded by ``(seed, step)``).
+        input_context: a ``tf.distribute.InputContext``: yield this input
+            pipeline's per-replica slices of every batch
+            (:func:`replica_slices`) rather than whole batches.
 
     Returns:
         A ``tf.data.Dataset`` of batches (dicts, or what ``transform`` returns).
@@ -199,16 +234,21 @@ def indexed_batches(arrays, batch_size, seed=0, start_step=0, transform=None):
         raise ValueError(
             f"`batch_size` must not exceed the dataset's {count} examples. "
             f"Received: batch_size={batch_size}")
+    size, offsets = replica_slices(batch_size, input_context)
+    offsets = tf.constant(offsets, tf.int64)
+    local = int(offsets.shape[0])
 
-    def batch_at(step):
+    def batch_at(slot):
+        step, offset = slot // local, offsets[slot % local]
         epoch, position = step // steps_per_epoch, step % steps_per_epoch
         order = tf.random.experimental.stateless_shuffle(
             tf.range(count), seed=_stream_seed(tf.cast(seed, tf.int64) + 7919, epoch))
-        index = order[position * batch_size:(position + 1) * batch_size]
+        index = tf.gather(order, tf.cast(position * batch_size + offset, tf.int32)
+                          + tf.range(size))
         batch = {key: tf.gather(value, index) for key, value in arrays.items()}
-        return transform(step, batch) if transform else batch
+        return transform(step, batch, offset) if transform else batch
 
-    dataset = tf.data.Dataset.range(start_step, 2**62)
+    dataset = tf.data.Dataset.range(start_step * local, 2**62)
     return dataset.map(batch_at, num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=True).prefetch(tf.data.AUTOTUNE)
 
@@ -217,7 +257,7 @@ SHUFFLE_PERIOD = 64  # distinct epoch orders of a streaming pipeline; then they 
 
 
 def streaming_batches(examples, preprocess, num_examples, batch_size, seed=0, start_step=0,
-                      shuffle_buffer=10_000, transform=None):
+                      shuffle_buffer=10_000, transform=None, input_context=None):
     """Endless training batches from a large ``tf.data`` dataset; batch k a function of (seed, k).
 
     Epoch e is ``examples`` shuffled with a buffer whose seed is the int
@@ -233,25 +273,107 @@ def streaming_batches(examples, preprocess, num_examples, batch_size, seed=0, st
             augmentation can use stateless ops keyed on ``(seed, index)`` and
             stay reproducible across resumes.
         num_examples: examples per epoch.
-        batch_size, seed, start_step, transform: as :func:`indexed_batches`.
+        batch_size, seed, start_step, transform, input_context: as
+            :func:`indexed_batches`. With an ``input_context`` the other
+            pipelines' examples are dropped before ``preprocess``, so each
+            host decodes and augments only its own slices.
         shuffle_buffer: examples in the shuffle buffer.
     """
     import tensorflow as tf
 
-    start_epoch, offset = divmod(start_step * batch_size, num_examples)
+    size, offsets = replica_slices(batch_size, input_context)
+    local = len(offsets)
+    start_epoch, skip = divmod(start_step * batch_size, num_examples)
     # One shuffle per epoch with a Python-int seed (tf.data rejects tensor seeds
     # once a global seed is set), built for one period and repeated.
     order = [(start_epoch + i) % SHUFFLE_PERIOD for i in range(SHUFFLE_PERIOD)]
     epochs = [examples.shuffle(shuffle_buffer, seed=seed * 1_000_003 + e,
                                reshuffle_each_iteration=False) for e in order]
-    stream = _concatenate(epochs).repeat().skip(offset)
+    stream = _concatenate(epochs).repeat().skip(skip)
     stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step * batch_size, 2**62), stream)
+    if local * size < batch_size:  # keep this pipeline's slices of each global batch
+        first, last = offsets[0], offsets[-1] + size
+        stream = stream.filter(
+            lambda index, _: (index % batch_size >= first) & (index % batch_size < last))
     stream = stream.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    stream = stream.batch(batch_size, drop_remainder=True)
+    stream = stream.batch(size, drop_remainder=True)
     if transform:
-        stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step, 2**62), stream)
-        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        offsets = tf.constant(offsets, tf.int64)
+
+        def apply(slot, batch):
+            return transform(slot // local, batch, offsets[slot % local])
+
+        stream = tf.data.Dataset.zip(tf.data.Dataset.range(start_step * local, 2**62), stream)
+        stream = stream.map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return stream.prefetch(tf.data.AUTOTUNE)
+
+
+def replica_batches(global_batches, batch_size, input_context=None):
+    """Cut a dataset of global batches into this input pipeline's per-replica batches
+    (:func:`replica_slices`), for streams that are cheapest to make whole (synthetic
+    tasks): every host makes each global batch and keeps its replicas' slices.
+
+    Args:
+        global_batches: a dataset of batches of ``batch_size`` (any nested structure).
+        batch_size: the global batch size.
+        input_context: a ``tf.distribute.InputContext`` or None (returns the input).
+    """
+    import tensorflow as tf
+
+    size, offsets = replica_slices(batch_size, input_context)
+    if size == batch_size:
+        return global_batches
+
+    def split(*batch):
+        parts = tf.nest.map_structure(
+            lambda tensor: tf.stack([tensor[o:o + size] for o in offsets]), batch)
+        return tf.data.Dataset.from_tensor_slices(parts if len(parts) > 1 else parts[0])
+
+    return global_batches.flat_map(split)
+
+
+def sharded_examples(examples, num_examples, batch_size, blank, input_context=None,
+                     preprocess=None):
+    """A finite held-out set for evaluation under any strategy: every example once,
+    padded with weight-0 ``blank`` examples so all replicas get equal batches.
+
+    Each input pipeline takes its shard of ``examples`` (``shard(P, i)``)
+    and pads it to the same number of per-replica batches as the others, so
+    no replica waits for a batch that never comes. Weighted metrics then
+    count every real example exactly once.
+
+    Args:
+        examples: a dataset of ``(inputs, target)`` pairs (or of what
+            ``preprocess`` maps to them), in a fixed order.
+        num_examples: how many ``examples`` holds.
+        batch_size: the global evaluation batch size (rounded down to a
+            multiple of the replicas, at least one per replica).
+        blank: an ``(inputs, target)`` pair of the examples' shapes (padding).
+        input_context: a ``tf.distribute.InputContext`` or None.
+        preprocess: ``fn(example) -> (inputs, target)``, applied after the
+            shard, so each host decodes only its own examples.
+
+    Returns:
+        A dataset of ``(inputs, targets, weights)`` per-replica batches.
+    """
+    import tensorflow as tf
+
+    replicas = input_context.num_replicas_in_sync if input_context else 1
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    index = input_context.input_pipeline_id if input_context else 0
+    size = max(1, batch_size // replicas)
+    if pipelines > 1:
+        examples = examples.shard(pipelines, index)
+    if preprocess is not None:
+        examples = examples.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=True)
+    own = num_examples // pipelines + (index < num_examples % pipelines)
+    per_pipeline = -(-num_examples // pipelines)
+    chunk = size * (replicas // pipelines)
+    padded = -(-per_pipeline // chunk) * chunk if replicas > 1 else own  # one replica: no pad
+    weighted = examples.map(lambda inputs, target: (inputs, target, tf.constant(1.0)))
+    padding = tf.data.Dataset.from_tensors(tuple(blank) + (tf.constant(0.0),))
+    return weighted.concatenate(padding.repeat(padded - own)).batch(size)
 
 
 def _concatenate(datasets):
@@ -260,12 +382,3 @@ def _concatenate(datasets):
         return datasets[0]
     middle = len(datasets) // 2
     return _concatenate(datasets[:middle]).concatenate(_concatenate(datasets[middle:]))
-
-
-def add_tfds_arguments(parser, data_dir_help="TFDS data directory (default ~/tensorflow_datasets)"):
-    """The TFDS location flags of the workflows' CLIs (``--data-dir``, ``--manual-dir``,
-    ``--download``), matching :func:`tfds_dataset`'s arguments."""
-    parser.add_argument("--data-dir", help=data_dir_help)
-    parser.add_argument("--manual-dir", help="TFDS manual download directory (ImageNet archives)")
-    parser.add_argument("--download", action="store_true",
-                        help="download and prepare the TFDS dataset when it is not prepared")

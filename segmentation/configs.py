@@ -1,13 +1,15 @@
-"""Named segmentation configurations: data, model and the optimisation recipe."""
+"""Named segmentation configurations: data, model, the optimisation recipe and evaluation."""
 
 import dataclasses
 
-from kctx.training import replace_config
+from kctx.layers import check_context_block
+from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+from segmentation.models import BACKBONES, HEADS
 
 
 @dataclasses.dataclass(frozen=True)
 class SegmentationConfig:
-    """One experiment's settings.
+    """One experiment's settings (every field is a ``python -m segmentation.train`` flag).
 
     ``dataset`` is a name in :data:`segmentation.data.DATASETS`; ``image_size``
     is the side of the embedded ``digits_seg`` canvases. Training crops are
@@ -17,6 +19,39 @@ class SegmentationConfig:
     ``learning_rate · (1 − step / steps)^power`` (the "poly" policy).
     Evaluation is at each image's own size unless ``eval_size`` is set
     (:func:`segmentation.data.evaluation_batches`).
+
+    Attributes:
+        name: the config's name.
+        dataset: digits_seg (embedded), voc, ade20k (local directories), oxford_iiit_pet or
+            scene_parse150 (TFDS).
+        num_classes: classes of the dataset (label 255 is ignored).
+        backbone: the dilated ResNet: resnet50, resnet101 or resnet_tiny.
+        output_stride: the backbone's downsampling, 8 or 16.
+        crop_size: side of the training crops.
+        batch_size: global batch size.
+        steps: training steps.
+        context: the head: aspp (DeepLabV3) or a context block between the head's two 3×3
+            convs (a kctx.layers.context_block name; hams with HamNet's r = 64, K = 6).
+        learning_rate: initial learning rate of the poly schedule.
+        momentum: SGD momentum.
+        weight_decay: decoupled weight decay on kernels.
+        power: exponent of the poly schedule, lr · (1 − step/steps)^power.
+        scale_range: random rescale factors of the training images (low, high).
+        head_channels: width of the head's first conv (the context block's d).
+        train_split: the split trained on.
+        eval_split: the held-out split.
+        checkpoint_every: steps between checkpoints.
+        image_size: side of the digits_seg canvases.
+        eval_size: evaluate images fitted into this square, batched (none: each image at
+            its own size, one per batch).
+        shuffle_buffer: examples in the training shuffle buffer.
+        backbone_weights: a .weights.h5 file of the backbone (none: random initialisation).
+        eval_multi_scale: score with softmax averaged over input scales 0.5–1.75 (the
+            paper's protocol with eval_flip).
+        eval_flip: also score the mirrored images.
+        eval_images: score only the first N held-out images (none: all).
+        prediction_images: held-out images drawn with their labels and predictions in
+            predictions*.png (0: no PNG).
     """
 
     name: str
@@ -27,6 +62,7 @@ class SegmentationConfig:
     crop_size: int
     batch_size: int
     steps: int
+    context: str = "ham_nmf"
     learning_rate: float = 0.009
     momentum: float = 0.9
     weight_decay: float = 1e-4
@@ -37,8 +73,30 @@ class SegmentationConfig:
     eval_split: str = "test"
     checkpoint_every: int = 500
     image_size: int = 64
-    eval_size: int = None
+    eval_size: int | None = None
     shuffle_buffer: int = 4096
+    backbone_weights: str | None = None
+    eval_multi_scale: bool = False
+    eval_flip: bool = False
+    eval_images: int | None = None
+    prediction_images: int = 6
+
+    def __post_init__(self):
+        check_positive(self, "num_classes", "crop_size", "batch_size", "steps", "head_channels",
+                       "checkpoint_every", "image_size", "shuffle_buffer")
+        check_positive(self, "learning_rate", "power", integer=False)
+        check_nonnegative(self, "momentum", "weight_decay", integer=False)
+        check_nonnegative(self, "prediction_images")
+        check_one_of(self, "backbone", tuple(BACKBONES))
+        check_one_of(self, "output_stride", (8, 16))
+        check_context_block(self.context, also=HEADS)
+        for name in ("eval_size", "eval_images"):
+            if getattr(self, name) is not None:
+                check_positive(self, name)
+        low, high = (tuple(self.scale_range) + (None, None))[:2]
+        if len(self.scale_range) != 2 or not 0 < low <= high:
+            raise ValueError(f"{self.name}: `scale_range` must be two factors 0 < low <= high. "
+                             f"Received: scale_range={self.scale_range!r}")
 
 
 CONFIGS = {

@@ -15,8 +15,8 @@ comparison.
 import keras
 from keras import ops
 
-from kctx._validation import check_choice, check_positive_int
-from kctx.layers import context_block, context_block_names
+from kctx.layers import check_context_block, context_block
+from kctx.validation import check_choice, check_positive_int
 
 # (bottleneck filters per stage, blocks per stage, stem filters).
 BACKBONES = {
@@ -201,15 +201,9 @@ def dilated_resnet(backbone="resnet50", output_stride=8, input_shape=(None, None
 
 def _ham_head(features, context, context_kwargs, head_channels, synchronized):
     x = _conv_norm_relu(features, head_channels, 3, "head_squeeze", synchronized)
-    kwargs = dict(context_kwargs or {})
-    if context.startswith("ham_"):
-        kwargs.setdefault("rank", 64)
-        kwargs.setdefault("steps", 6)
-        # Seeded: training draws fresh bases from a seeded stream and inference
-        # uses one fixed draw, so predictions are reproducible (and equal after
-        # a save / load).
-        kwargs.setdefault("seed", 0)
-    x = context_block(context, name="context", **kwargs)(x)
+    # The "segmentation" recipe: HamNet's r = 64, K = 6, seeded (reproducible inference).
+    x = context_block(context, recipe="segmentation", channels=head_channels, name="context",
+                      **(context_kwargs or {}))(x)
     return _conv_norm_relu(x, 256, 3, "head_align", synchronized)
 
 
@@ -262,8 +256,7 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR
         2021, Appendix E.3.
     """
-    valid = HEADS + context_block_names()
-    check_choice("context", context, valid)
+    check_context_block(context, also=HEADS)
     check_positive_int("num_classes", num_classes)
     check_positive_int("head_channels", head_channels)
     features_model = dilated_resnet(backbone, output_stride, input_shape,

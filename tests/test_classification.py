@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from classification.configs import CONFIGS, get_config
+from classification.configs import CONFIGS, MODELS, get_config, model_label
 from classification.data import eval_preprocess, evaluation_batches, train_preprocess, \
     training_batches
-from classification.train import build_model, compile_model, learning_rate_schedule
+from classification.workflow import build_model, compile_model, learning_rate_schedule
 from kctx.data import DatasetNotFoundError, digits
 from kctx.testing import mirrored_strategy
 
@@ -118,6 +118,7 @@ def test_digits_evaluation_is_the_held_out_split_once():
     batches = _batches(evaluation_batches(config, batch_size=100), 10)
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
+    assert all((b[2] == 1.0).all() for b in batches)  # one replica: nothing padded
     test_images, test_labels = digits("test")
     assert images.shape == (359, 32, 32, 3)
     np.testing.assert_array_equal(labels, test_labels)
@@ -153,8 +154,7 @@ def test_missing_dataset_stops_training_before_building(tmp_path):
 
 @pytest.mark.parametrize("name", ["kanet_kv", "kanet_qkv", "mobilenet_v2", "attnnet_pool"])
 def test_models_for_the_digits_config(name):
-    config = get_config("digits")
-    model = build_model(name, config)
+    model = build_model(get_config("digits", model=name))
     assert model.output_shape == (None, 10)
     # Output stride 8: the attention modules of 32×32 inputs work at 16², 8², 4².
     sizes = {layer.output.shape[1] for layer in model.layers if "AttnSkipModule" in layer.name}
@@ -165,62 +165,20 @@ def test_models_for_the_digits_config(name):
 _TINY = dict(config="digits", batch_size=478, width_multiplier=0.25)  # 3 steps per epoch
 
 
-_RESUME_SCRIPT = """
-import sys
-from classification.train import train
-
-tiny = dict(config="digits", model="kanet_kv", epochs=2, batch_size=478, width_multiplier=0.25,
-            verbose=0, log=lambda *_: None)
-run_dir, interrupted = sys.argv[1], sys.argv[2] == "resume"
-if interrupted:
-    train(model_dir=run_dir, stop_after_epoch=1, **tiny)
-train(model_dir=run_dir, **tiny)
-"""
-
-
-def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
-    # Multi-threaded CPU kernels are not bitwise reproducible from run to run,
-    # and SGD at lr 0.1 amplifies their round-off; single-threaded runs are
-    # exact, so the straight and the interrupted run go to two single-threaded
-    # processes, side by side.
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-               TF_CPP_MIN_LOG_LEVEL="2")
-    runs = {kind: subprocess.Popen([sys.executable, "-c", _RESUME_SCRIPT,
-                                    str(tmp_path / kind), kind], env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for kind in ("straight", "resume")}
-    for process in runs.values():
-        _, stderr = process.communicate(timeout=900)
-        assert process.returncode == 0, stderr[-3000:]
-    straight, resumed = (keras.saving.load_model(tmp_path / kind / "model.keras")
-                         for kind in ("straight", "resume"))
-    for a, b in zip(straight.weights, resumed.weights):  # (dropout seed states are not saved)
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    results = [json.loads((tmp_path / kind / "results.json").read_text())
-               for kind in ("straight", "resume")]
-    assert results[0]["epochs_done"] == results[1]["epochs_done"] == 2
-    assert results[0]["top1"] == results[1]["top1"]
-    history = (tmp_path / "resume" / "history.csv").read_text().splitlines()
-    assert [line.split(",")[0] for line in history] == ["epoch", "0", "1"]
-
-
 def test_train_writes_model_history_and_results_that_reload(tmp_path):
     from classification.train import train
 
     results = train(model="kanet_qkv", epochs=1, model_dir=tmp_path, **_TINY, **_QUIET)
-    for name in ("model.keras", "history.png", "history.csv", "results.json", "run.json"):
+    for name in ("model.keras", "history.png", "history.csv", "results.json", "run.json",
+                 "timing.json"):
         assert (tmp_path / name).exists(), name
     stored = json.loads((tmp_path / "results.json").read_text())
-    assert stored["params"] == results["model"].count_params()
+    assert stored["params"] == results["model"].count_params() and stored["steps"] == 3
     assert 0.0 <= stored["top1"] <= stored["top5"] <= 1.0
-    assert "seconds" in (tmp_path / "history.csv").read_text().splitlines()[0]
-    assert stored["train_seconds"] > 0
+    assert (tmp_path / "history.csv").read_text().splitlines()[0].startswith("step,seconds,")
+    assert results["train_seconds"] > 0 and results["variant"] == "kanet_qkv"
     reloaded = keras.saving.load_model(tmp_path / "model.keras")
-    images = np.stack([b[0] for b in _batches(evaluation_batches(get_config("digits"), 8), 1)])[0]
+    images = _batches(evaluation_batches(get_config("digits"), 8), 1)[0][0]
     np.testing.assert_allclose(reloaded.predict(images, verbose=0),
                                results["model"].predict(images, verbose=0), atol=1e-5)
     # The reported top-1 is the reloaded model's on the 359 held-out digits.
@@ -234,19 +192,17 @@ def test_training_on_two_replicas(tmp_path):
     strategy = mirrored_strategy(2)
     if strategy is None:
         pytest.skip("needs 2 logical CPUs")
+    from classification.evaluate import evaluate
     from classification.train import train
 
     results = train(model="kanet_kv", epochs=1, model_dir=tmp_path, strategy=strategy,
                     **_TINY, **_QUIET)
-    assert results["replicas"] == 2
+    assert json.loads((tmp_path / "run.json").read_text())["replicas"] == 2
     assert np.isfinite(results["loss"])
     assert int(results["model"].optimizer.iterations.numpy()) == 3
     # The 359 held-out digits were split over 2 replicas with one weight-0 pad:
     # top-1 equals a single-device evaluation of the saved model.
-    reloaded = keras.saving.load_model(tmp_path / "model.keras")
-    compile_model(reloaded)
-    scores = reloaded.evaluate(evaluation_batches(get_config("digits")), verbose=0,
-                               return_dict=True)
+    scores = evaluate(tmp_path, output=False, log=lambda *_: None)
     assert scores["top1"] == pytest.approx(results["top1"], abs=1e-6)
     with pytest.raises(ValueError, match="multiple of the 2 replicas. Received: batch_size=479"):
         train(model="kanet_kv", epochs=1, model_dir=tmp_path / "odd", strategy=strategy,
@@ -254,22 +210,20 @@ def test_training_on_two_replicas(tmp_path):
 
 
 def test_cli_help_lists_every_model_and_config(capsys):
-    from classification.train import MODELS, main
+    from classification.train import main
 
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    for name in MODELS + tuple(CONFIGS) + ("--backbone", "--context", "--at", "poly_nl"):
+    for name in MODELS + tuple(CONFIGS) + ("--backbone", "--context", "--at", "--model"):
         assert name in text
 
 
 def test_resnet50_with_poly_nl_at_res4_trains_a_step():
-    from classification.train import model_label
-
-    config = get_config("digits")
-    assert model_label("kanet_kv", "resnet50", "poly_nl", "res3+4+5") == "resnet50-poly_nl-res345"
-    model = compile_model(build_model(None, config, "resnet50", "poly_nl", "res4"),
-                          keras.optimizers.SGD(0.01))
+    config = get_config("digits", backbone="resnet50", context="poly_nl")
+    assert model_label(get_config("digits", backbone="resnet50", context="poly_nl",
+                                  at="res3+4+5")) == "resnet50-poly_nl-res345"
+    model = compile_model(build_model(config), keras.optimizers.SGD(0.01))
     assert [layer.name for layer in model.layers if "poly_nl" in layer.name] == [
         "poly_nl_after_conv4_block5_out"]
     assert model.output_shape == (None, 10)
@@ -277,8 +231,8 @@ def test_resnet50_with_poly_nl_at_res4_trains_a_step():
     model.fit(np.repeat(images[:8], 3, axis=-1), labels[:8], batch_size=8, epochs=1, verbose=0)
     assert float(model.get_layer("poly_nl_after_conv4_block5_out").beta.numpy()) != 0.0
     with pytest.raises(ValueError, match="--context.* into a `backbone`"):
-        model_label("kanet_kv", None, "poly_nl")
+        get_config("digits", context="poly_nl")
     with pytest.raises(ValueError, match="Unknown `context`.*Received: context='poly'"):
-        model_label("kanet_kv", "resnet50", "poly")
+        get_config("digits", backbone="resnet50", context="poly")
     with pytest.raises(ValueError, match="Unknown ResNet-50 stage"):
-        model_label("kanet_kv", "resnet50", "poly_nl", "res7")
+        get_config("digits", backbone="resnet50", context="poly_nl", at="res7")

@@ -48,3 +48,30 @@ def test_every_block_fits_in_a_functional_model():
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError, match=r"name='ham_svd'.*ham_cd.*ham_nmf.*self_attention"):
         context_block("ham_svd")
+
+
+def test_recipes_live_with_the_blocks():
+    from kctx.layers import RECIPES, check_context_block, context_block_recipe
+
+    assert set(RECIPES) == {"gan", "segmentation"}
+    gan = context_block("ham_nmf", recipe="gan", channels=256, name="g_context")
+    assert (gan.rank, gan.steps, gan.synchronized_batch_norm, gan.residual_scale_init,
+            gan.seed, gan.name) == (32, 6, True, 0.0, 0, "g_context")
+    sagan = context_block("self_attention", recipe="gan", channels=256)
+    assert (sagan.key_dim, sagan.value_dim, sagan.pool_size, sagan.use_scale) == \
+        (32, 128, (2, 2), False)
+    head = context_block("ham_cd", recipe="segmentation", channels=512)
+    assert (head.rank, head.steps, head.seed, head.method) == (64, 6, 0, "cd")
+    # Arguments override the recipe; blocks without the recipe keep their defaults.
+    assert context_block("ham_vq", recipe="segmentation", channels=8, rank=4).rank == 4
+    assert context_block_recipe("poly_nl", "gan", 64) == {}
+    assert isinstance(context_block("poly_nl", recipe="gan", channels=64), type(
+        context_block("poly_nl")))
+    with pytest.raises(ValueError, match="pass `channels`.*Received: channels=None"):
+        context_block("ham_nmf", recipe="gan")
+    with pytest.raises(ValueError, match="Unknown `recipe`.*Received: recipe='detr'"):
+        context_block("ham_nmf", recipe="detr", channels=8)
+    assert check_context_block("ham_nmf") == "ham_nmf"
+    assert check_context_block("aspp", also=("aspp",)) == "aspp"
+    with pytest.raises(ValueError, match=r"Unknown `head`.*Received: head='psf'"):
+        check_context_block("psf", argument="head")  # a sequence block, not an image one

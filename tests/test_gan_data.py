@@ -18,7 +18,8 @@ tfds = pytest.importorskip("tensorflow_datasets")
 
 
 def _first_batches(dataset, count):
-    return [{k: v.numpy() for k, v in batch.items()} for batch in dataset.take(count)]
+    """The first ``count`` batches as NumPy (dicts or tuples of arrays)."""
+    return [tf.nest.map_structure(lambda t: t.numpy(), batch) for batch in dataset.take(count)]
 
 
 @pytest.mark.parametrize("name,size,classes", [("cifar10", 32, 10), ("celeba64", 64, 1),
@@ -118,3 +119,72 @@ def test_missing_dataset_names_it_and_where_to_put_it(tmp_path):
     with pytest.raises(DatasetNotFoundError, match="'cifar10' is not prepared"):
         train("cifar10", "none", steps=1, batch_size=2, model_dir=tmp_path / "run",
               data_dir=str(tmp_path), verbose=0, log=lambda *_: None)
+
+
+def _context(pipelines, index, replicas):
+    return tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=index,
+                                      num_replicas_in_sync=replicas)
+
+
+@pytest.mark.parametrize("pipelines,replicas", [(1, 2), (2, 2), (2, 4)])
+def test_per_pipeline_streams_are_the_replica_slices_of_the_global_batches(pipelines, replicas):
+    """Input pipeline i of P with R/P replicas yields, per global batch, its replicas'
+    slices in order: together the pipelines make exactly the one-pipeline stream."""
+    from gan.data import digits_batches
+
+    from kctx.data import replica_batches, replica_slices, streaming_batches
+
+    size = 8 // replicas
+    assert replica_slices(8, _context(pipelines, pipelines - 1, replicas)) == (
+        size, tuple((pipelines - 1) * (replicas // pipelines) * size + j * size
+                    for j in range(replicas // pipelines)))
+    whole = _first_batches(digits_batches(8, 16, seed=2, start_step=5), 3)
+    parts = [_first_batches(digits_batches(8, 16, seed=2, start_step=5,
+                                           input_context=_context(pipelines, index, replicas)),
+                            3 * replicas // pipelines) for index in range(pipelines)]
+    local = replicas // pipelines
+    for step in range(3):
+        for key in whole[0]:
+            joined = np.concatenate([part[step * local + j][key] for part in parts
+                                     for j in range(local)])
+            np.testing.assert_array_equal(joined, whole[step][key], err_msg=key)
+    # The streaming pipeline (TFDS-style: shuffle buffer, decode after the shard).
+    examples = tf.data.Dataset.range(40).map(lambda i: {"x": i})
+    whole = _first_batches(streaming_batches(examples, lambda i, e: e, 40, 8, seed=1,
+                                             start_step=2, shuffle_buffer=40), 4)
+    parts = [_first_batches(streaming_batches(examples, lambda i, e: e, 40, 8, seed=1,
+                                              start_step=2, shuffle_buffer=40,
+                                              input_context=_context(pipelines, index,
+                                                                     replicas)),
+                            4 * local) for index in range(pipelines)]
+    for step in range(4):
+        joined = np.concatenate([part[step * local + j]["x"] for part in parts
+                                 for j in range(local)])
+        np.testing.assert_array_equal(joined, whole[step]["x"])
+    # Streams made whole (synthetic tasks) are cut the same way.
+    batches = tf.data.Dataset.range(5).map(
+        lambda k: (tf.range(8, dtype=tf.int64) + 10 * k, -tf.range(8, dtype=tf.int64)))
+    cut = [_first_batches(replica_batches(batches, 8, _context(pipelines, index, replicas)),
+                          5 * local) for index in range(pipelines)]
+    for step, (x, y) in enumerate(_first_batches(batches, 5)):
+        joined = np.concatenate([part[step * local + j][0] for part in cut
+                                 for j in range(local)])
+        np.testing.assert_array_equal(joined, x)
+
+
+def test_sharded_evaluation_gives_every_replica_equal_batches_and_every_example_once():
+    from kctx.data import sharded_examples
+
+    examples = tf.data.Dataset.range(11).map(lambda i: (tf.cast(i, tf.float32), i))
+    blank = (tf.constant(-1.0), tf.constant(-1, tf.int64))
+    seen, counts = [], []
+    for index in range(2):
+        batches = list(sharded_examples(examples, 11, 4, blank, _context(2, index, 4)))
+        counts.append([len(b[0]) for b in batches])
+        for inputs, target, weight in batches:
+            seen += [int(t) for t, w in zip(target.numpy(), weight.numpy()) if w > 0]
+            assert all(int(t) == -1 for t, w in zip(target.numpy(), weight.numpy()) if w == 0)
+    assert sorted(seen) == list(range(11))
+    assert counts[0] == counts[1] and len(set(counts[0])) == 1  # equal batches everywhere
+    single = list(sharded_examples(examples, 11, 4, blank))
+    assert [len(b[0]) for b in single] == [4, 4, 3]  # one replica: nothing padded

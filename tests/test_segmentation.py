@@ -119,7 +119,7 @@ def test_synchronized_batch_norm_step_on_two_replicas():
 
 def test_poly_learning_rate():
     from segmentation.configs import get_config
-    from segmentation.train import poly_schedule
+    from segmentation.workflow import poly_schedule
 
     config = get_config("digits_seg", steps=100, learning_rate=0.009)
     schedule = poly_schedule(config)
@@ -178,7 +178,7 @@ def test_augmentation_keeps_image_and_labels_aligned():
 
 
 def test_scores_match_a_hand_computed_confusion_matrix():
-    from segmentation.train import segmentation_scores
+    from segmentation.workflow import segmentation_scores
 
     labels = np.array([[[0, 0, 1, 1], [2, 2, 255, 255]]], np.int32)
     predicted = np.array([[[0, 1, 1, 1], [2, 0, 2, 1]]])
@@ -192,13 +192,13 @@ def test_scores_match_a_hand_computed_confusion_matrix():
     assert scores["miou"] == pytest.approx((1 / 3 + 2 / 3 + 1 / 2) / 3, rel=1e-6)
 
 
-def test_train_cli_trains_resumes_saves_and_reports_miou(tmp_path):
+def test_train_resumes_saves_and_reports_miou_and_evaluate_rescores(tmp_path):
     from segmentation.train import train
 
     messages = []
     common = dict(config="digits_seg", steps=4, batch_size=4, crop_size=32, verbose=0,
-                  model_dir=tmp_path)
-    first = train(**dict(common, steps=2), log=messages.append)
+                  model_dir=tmp_path, checkpoint_every=2)
+    first = train(**common, stop_after_step=2, log=messages.append)
     assert int(first["model"].optimizer.iterations.numpy()) == 2
     results = train(**common, log=messages.append)
     assert any("at step 2" in m for m in messages)  # resumed from the first call's checkpoint
@@ -209,23 +209,27 @@ def test_train_cli_trains_resumes_saves_and_reports_miou(tmp_path):
     images, _ = digits_seg("test", num_images=2)
     np.testing.assert_allclose(reloaded.predict(images, verbose=0),
                                results["model"].predict(images, verbose=0), atol=1e-4)
-    assert any(m.startswith("validation mIoU") for m in messages)
+    assert any(m.startswith("mIoU") for m in messages)
     # segmentation.evaluate reloads the run: single-scale reproduces the score train printed.
     from segmentation.evaluate import evaluate
 
-    single = evaluate(tmp_path, num_images=3)
+    quiet = dict(log=lambda *_: None)
+    single = evaluate(tmp_path, prediction_images=3, **quiet)
     assert single["miou"] == pytest.approx(results["miou"], abs=1e-6)
     assert single["pixels"] == results["pixels"]
-    multi = evaluate(tmp_path, multi_scale=True, flip=True, num_images=3, max_images=8)
+    multi = evaluate(tmp_path, eval_multi_scale=True, eval_flip=True, prediction_images=3,
+                     eval_images=8, **quiet)
     assert 0.9 * 8 * 64 * 64 < multi["pixels"] <= 8 * 64 * 64
     assert multi["scales"] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75] and multi["flip"]
     assert 0.0 <= multi["miou"] <= 1.0
-    png = keras.utils.load_img(multi["predictions"])
+    png = keras.utils.load_img(tmp_path / multi["predictions"])
     assert png.size == (3 * 64 * 3, 3 * 64 * 3)  # 3 columns × 3 rows of 64², enlarged ×3
+    with pytest.raises(ValueError, match="can only change the evaluation fields"):
+        evaluate(tmp_path, steps=8, **quiet)
 
 
 def test_multi_scale_flip_scores_are_mirror_symmetric_and_reduce_to_softmax():
-    from segmentation.evaluate import predict_scores
+    from segmentation.workflow import predict_scores
 
     keras.utils.set_random_seed(1)
     model = segmenter("resnet_tiny", 16, "none", 5, head_channels=16)
@@ -239,7 +243,7 @@ def test_multi_scale_flip_scores_are_mirror_symmetric_and_reduce_to_softmax():
 
 
 def test_voc_palette_colours():
-    from segmentation.evaluate import voc_palette
+    from segmentation.workflow import voc_palette
 
     palette = voc_palette()
     assert palette[0].tolist() == [0, 0, 0] and palette[1].tolist() == [128, 0, 0]
@@ -284,5 +288,5 @@ def test_atrous_conv_equals_keras_dilated_conv(size, rate):
 def test_evaluate_names_a_directory_without_a_run(tmp_path):
     from segmentation.evaluate import evaluate
 
-    with pytest.raises(FileNotFoundError, match="must be a directory written by segmentation.train"):
+    with pytest.raises(FileNotFoundError, match="a run folder written by segmentation.train"):
         evaluate(tmp_path)

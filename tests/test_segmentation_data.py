@@ -32,7 +32,7 @@ def _write_image(path, shape):
 def _write_palette_png(path, label):
     from PIL import Image
 
-    from segmentation.evaluate import voc_palette
+    from segmentation.workflow import voc_palette
 
     path.parent.mkdir(parents=True, exist_ok=True)
     image = Image.fromarray(label, mode="P")
@@ -247,11 +247,13 @@ def test_train_and_evaluate_on_voc_files(voc_root, tmp_path):
                     verbose=0, log=lambda message: None)
     pixels = sum(int((_label(n, s) != IGNORE_LABEL).sum()) for n, s in _VOC_VAL.items())
     assert results["pixels"] == pixels and 0.0 <= results["miou"] <= 1.0
-    scored = evaluate(tmp_path / "run", num_images=2)  # finds the data through run.json
+    scored = evaluate(tmp_path / "run", prediction_images=2,  # finds the data through run.json
+                      log=lambda message: None)
     assert scored["pixels"] == pixels and scored["miou"] == pytest.approx(results["miou"])
     from PIL import Image
 
-    with Image.open(scored["predictions"]) as png:  # rows of different sizes, padded
+    # Rows of different sizes, padded.
+    with Image.open(tmp_path / "run" / scored["predictions"]) as png:
         assert png.size[0] == 3 * 48 * 6 and png.size[1] == (36 + 52) * 6
     with pytest.raises(DatasetNotFoundError, match="PASCAL VOC 2012"):
         train("voc", steps=1, model_dir=tmp_path / "none", data_dir=str(tmp_path / "none"),

@@ -79,22 +79,25 @@ def test_sequence_models_build_train_and_round_trip(pooling, tmp_path):
 
 
 def test_adding_accuracy_uses_the_papers_tolerance():
-    from sequence.train import adding_accuracy
+    from sequence.workflow import adding_accuracy
 
     got = adding_accuracy(np.array([[0.5], [0.5], [0.5]]), np.array([[0.53], [0.45], [0.5]]))
     np.testing.assert_array_equal(np.asarray(got).reshape(-1), [1.0, 0.0, 1.0])
 
 
 @pytest.mark.parametrize("task,model", [("adding", "psf"), ("temporal_order", "transformer")])
-def test_train_cli_writes_the_record_and_the_model(task, model, tmp_path):
+def test_train_writes_the_record_and_the_model(task, model, tmp_path):
     from sequence.train import train
 
     record = train(task, model, length=32, steps=6, batch_size=8, eval_every=3,
-                   eval_examples=200, embed_dim=8, hidden_units=8, model_dir=tmp_path,
-                   verbose=0, log=lambda message: None)
+                   eval_examples=200, embed_dim=8, hidden_units=8, target_accuracy=0,
+                   model_dir=tmp_path, verbose=0, log=lambda message: None)
     stored = json.loads((tmp_path / "results.json").read_text())
-    assert stored["steps"] == record["steps"] == 6 and len(stored["val_accuracy"]) == 2
+    assert stored["steps"] == record["steps"] == 6 and stored["variant"] == f"{model}-32"
+    assert [row["step"] for row in record["history"]] == [3, 6]
+    assert all("val_accuracy" in row for row in record["history"])
     assert 0.0 <= stored["accuracy"] <= 1.0 and stored["params"] > 0
+    assert stored["eval_examples"] == 200
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     x, _ = _numpy(task_batch(task, 32, 3, [0, 0]))
     np.testing.assert_allclose(loaded.predict(x, verbose=0),
@@ -104,13 +107,30 @@ def test_train_cli_writes_the_record_and_the_model(task, model, tmp_path):
 def test_train_main_parses_the_flags(tmp_path):
     from sequence.train import main
 
-    assert main(["--task", "adding", "--length", "32", "--steps", "4", "--eval-every", "2",
+    assert main(["--config", "adding", "--length", "32", "--steps", "4", "--eval-every", "2",
                  "--eval-examples", "100", "--residual", "output", "--value-units", "4",
                  "--hidden-units", "8", "--model-dir", str(tmp_path), "--verbose", "0"]) == 0
-    stored = json.loads((tmp_path / "results.json").read_text())
-    assert stored["residual"] == "output" and stored["steps"] == 4
+    stored = json.loads((tmp_path / "run.json").read_text())["config"]
+    assert stored["residual"] == "output" and stored["steps"] == 4 and stored["length"] == 32
     layer = keras.saving.load_model(tmp_path / "model.keras").get_layer("block1_psf")
     assert (layer.residual, layer.value_units, layer.hidden_units) == ("output", 4, 8)
+    assert main(["--residual", "none", "--length", "16", "--steps", "2", "--eval-every", "2",
+                 "--eval-examples", "100", "--model-dir", str(tmp_path / "none"),
+                 "--verbose", "0"]) == 0
+    layer = keras.saving.load_model(tmp_path / "none" / "model.keras").get_layer("block1_psf")
+    assert layer.residual is None
+
+
+def test_training_stops_at_the_target_and_a_rerun_keeps_it_finished(tmp_path):
+    from sequence.train import train
+
+    quiet = dict(verbose=0, log=lambda message: None)
+    tiny = dict(length=16, steps=8, batch_size=8, eval_every=2, eval_examples=100, embed_dim=4,
+                hidden_units=4, model_dir=tmp_path, target_accuracy=0.01)  # chance is 25%
+    first = train("temporal_order", **tiny, **quiet)
+    assert first["steps"] == 2 and [row["step"] for row in first["history"]] == [2]
+    again = train("temporal_order", **tiny, **quiet)  # finished: re-scored, not trained on
+    assert again["steps"] == 2 and again["accuracy"] == first["accuracy"]
 
 
 def test_psf_network_learns_the_adding_problem(tmp_path):
@@ -121,7 +141,7 @@ def test_psf_network_learns_the_adding_problem(tmp_path):
 
     record = train("adding", "psf", length=64, steps=800, eval_every=100, eval_examples=500,
                    target_accuracy=0.95, model_dir=tmp_path, verbose=0, log=lambda m: None)
-    assert record["accuracy"] >= 0.95, record["val_accuracy"]
+    assert record["accuracy"] >= 0.95, [row["val_accuracy"] for row in record["history"]]
 
 
 def test_listops_reads_the_tsv_and_pads(tmp_path):
@@ -188,5 +208,5 @@ def test_train_on_an_lra_task(tmp_path):
     record = train("listops", "psf", steps=2, batch_size=8, eval_every=2, eval_examples=0,
                    embed_dim=8, hidden_units=8, model_dir=tmp_path / "run",
                    data_dir=tmp_path / "data", verbose=0, log=lambda message: None)
-    assert record["length"] == 2000 and record["steps"] == 2
+    assert record["variant"] == "psf-2000" and record["steps"] == 2
     assert 0.0 <= record["accuracy"] <= 1.0

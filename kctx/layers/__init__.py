@@ -1,8 +1,11 @@
 """Keras layers of kctx; importing this module registers every context block."""
 
 from kctx.layers.context_block import (
+    RECIPES,
+    check_context_block,
     context_block,
     context_block_names,
+    context_block_recipe,
     register_context_block,
 )
 from kctx.layers.attention import Attention2D
@@ -32,8 +35,11 @@ __all__ = [
     "PositionEmbedding",
     "PrependToken",
     "PolyNL",
+    "RECIPES",
     "SelfAttention2D",
+    "check_context_block",
     "context_block",
     "context_block_names",
+    "context_block_recipe",
     "register_context_block",
 ]

@@ -4,7 +4,7 @@ Networks, Table 1), and the machinery it shares with the Kronecker attention lay
 import keras
 from keras import ops
 
-from kctx._validation import (
+from kctx.validation import (
     check_image_input,
     check_optional_number,
     check_positive_int,

@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-from kctx.distribute import cross_replica_mean
-from kctx._validation import (
+from kctx.validation import (
     check_choice,
     check_image_input,
     check_nonnegative_float,
@@ -15,6 +14,7 @@ from kctx._validation import (
 )
 from kctx.layers.context_block import register_context_block
 from kctx.ops.matrix_decomposition import METHODS, decompose, initial_bases
+from kctx.ops.replicas import cross_replica_mean
 
 INITS = ("random", "online", "fixed", "learned")
 
@@ -380,5 +380,20 @@ def _ham(method):
     return factory
 
 
+def _gan_recipe(channels):
+    # HamGAN (Appendix E.4): d = C, r = d/8, K = 6, cross-replica BN and a residual scale
+    # σ = 0 (SAGAN's γ), so G and D start without the block; a seeded dictionary, so a
+    # trained generator samples reproducibly.
+    return dict(rank=max(1, channels // 8), steps=6, synchronized_batch_norm=True,
+                residual_scale_init=0.0, seed=0)
+
+
+def _segmentation_recipe(channels):
+    # HamNet's head (Appendix E.3): r = 64, K = 6 on the head's d channels; seeded, so
+    # evaluation is reproducible and equal after a save / load.
+    return dict(rank=64, steps=6, seed=0)
+
+
 for _method in METHODS:
-    register_context_block(f"ham_{_method}", _ham(_method))
+    register_context_block(f"ham_{_method}", _ham(_method),
+                           recipes={"gan": _gan_recipe, "segmentation": _segmentation_recipe})

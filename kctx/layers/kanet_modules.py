@@ -2,7 +2,7 @@
 
 import keras
 
-from kctx._validation import check_choice, check_image_input, check_positive_int
+from kctx.validation import check_choice, check_image_input, check_positive_int
 from kctx.layers.attention import Attention2D
 from kctx.layers.kronecker_attention import KroneckerAttention2D
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import check_choice
+from kctx.validation import check_choice
 from kctx.layers.attention import _SHARED_ARGS, GlobalAttention2D, _residual_block
 from kctx.layers.context_block import register_context_block
 from kctx.ops.attention import unfold

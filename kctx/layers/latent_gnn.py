@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import check_image_input, check_positive_int, standardize_data_format
+from kctx.validation import check_image_input, check_positive_int, standardize_data_format
 from kctx.layers.context_block import register_context_block
 from kctx.ops.attention import unfold
 from kctx.ops.latent_graph import latent_graph_propagation

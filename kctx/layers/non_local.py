@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import (
+from kctx.validation import (
     check_image_input,
     check_positive_int,
     standardize_data_format,

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import check_image_input, standardize_data_format
+from kctx.validation import check_image_input, standardize_data_format
 from kctx.layers.context_block import register_context_block
 from kctx.ops.poly_nl import poly_nl
 

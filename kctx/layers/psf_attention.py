@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import check_choice, check_positive_int
+from kctx.validation import check_choice, check_positive_int
 from kctx.layers.context_block import register_context_block
 from kctx.ops.chord import chord_dense, chord_matmul, chord_num_factors, chord_width
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx._validation import (
+from kctx.validation import (
     check_image_input,
     check_positive_int,
     standardize_data_format,
@@ -129,4 +129,12 @@ class SelfAttention2D(ProjectionMixin, keras.layers.Layer):
         return config
 
 
-register_context_block("self_attention", lambda **kwargs: SelfAttention2D(**kwargs))
+def _sagan_recipe(channels):
+    # SAGAN's block (Zhang et al. 2019): C/8 keys, C/2 values, 2×2-max-pooled keys and
+    # values, no 1/√d scaling, γ = 0.
+    return dict(key_dim=max(1, channels // 8), value_dim=max(1, channels // 2), pool_size=2,
+                use_scale=False)
+
+
+register_context_block("self_attention", lambda **kwargs: SelfAttention2D(**kwargs),
+                       recipes={"gan": _sagan_recipe})

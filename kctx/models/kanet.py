@@ -2,7 +2,7 @@
 
 import keras
 
-from kctx._validation import check_choice, check_positive_float
+from kctx.validation import check_choice, check_positive_float
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
 
 KANET_VARIANTS = ("kv", "qkv", "attn", "attn_pool", "none")

@@ -2,7 +2,7 @@
 
 import keras
 
-from kctx._validation import check_choice, check_positive_int
+from kctx.validation import check_choice, check_positive_int
 from kctx.layers.psf_attention import PSFAttention
 from kctx.layers.sequence_embedding import PositionEmbedding, PrependToken
 

@@ -24,6 +24,7 @@ from kctx.ops.matrix_decomposition import (
     matrix_decomposition,
 )
 from kctx.ops.poly_nl import poly_nl, poly_nl_direct
+from kctx.ops.replicas import cross_replica_mean
 
 __all__ = [
     "KRONECKER_MODES",
@@ -35,6 +36,7 @@ __all__ = [
     "chord_offsets",
     "chord_product_matmul",
     "chord_width",
+    "cross_replica_mean",
     "decompose",
     "efficient_attention",
     "initial_bases",

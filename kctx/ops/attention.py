@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from kctx._validation import check_positive_int
+from kctx.validation import check_positive_int
 
 
 def multi_head_attention(query, key, value, num_heads=1, score_transform=None):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 from keras import ops
 
-from kctx._validation import check_positive_int
+from kctx.validation import check_positive_int
 
 
 def _check_length(n):

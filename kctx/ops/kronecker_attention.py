@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from kctx._validation import check_choice
+from kctx.validation import check_choice
 from kctx.ops.attention import multi_head_attention, unfold
 
 KRONECKER_MODES = ("kv", "qkv")

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kctx._validation import (
+from kctx.validation import (
     check_choice,
     check_nonnegative_float,
     check_positive_float,

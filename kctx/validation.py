@@ -1,6 +1,8 @@
-"""Argument and input checks shared by kctx ops and layers.
+"""Argument and input checks shared by kctx ops, layers and the workflows' models.
 
-Every message names the argument and the value received.
+Every message names the argument and the value received
+(``Received: rank=0``). Context-block names are checked with
+:func:`kctx.layers.check_context_block`.
 """
 
 import keras

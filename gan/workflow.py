@@ -1,0 +1,216 @@
+"""The GAN workflow for :func:`kctx.training.run`: HamGAN's model, data, samples and FID / FCD.
+
+``python -m gan.train`` and ``python -m gan.evaluate`` run it. What is the
+GAN's own: the ``ConditionalGAN`` (custom ``train_step``, two optimizers,
+EMA), the step's noise in the data, sample-grid PNGs during training, and
+the Fréchet distance of the sampling generator (saved as
+``generator.keras``) at the end.
+"""
+
+import keras
+import tensorflow as tf
+
+from gan.configs import CONFIGS, get_config
+from gan.data import gan_images, tfds_examples, training_batches
+from gan.models import build_gan
+from kctx.training import Workflow
+
+
+def sample_grid(generator, config, path, seed=0, per_class=10):
+    """Save a PNG grid: one column per class (up to 10), ``per_class`` rows."""
+    classes = min(config.num_classes, 10)
+    z = tf.random.stateless_normal((per_class * classes, config.latent_dim), [seed, 17])
+    labels = tf.tile(tf.range(classes, dtype=tf.int32), [per_class])
+    images = keras.ops.convert_to_numpy(generator([z, labels], training=False))
+    images = ((images + 1.0) * 127.5).clip(0, 255).astype("uint8")
+    size, channels = config.resolution, config.image_channels
+    grid = images.reshape(per_class, classes, size, size, channels)
+    grid = grid.transpose(0, 2, 1, 3, 4).reshape(per_class * size, classes * size, channels)
+    keras.utils.save_img(str(path), grid, scale=False)
+    return path
+
+
+def sampling_generator(gan, config=None):
+    """The EMA generator when the run keeps one (and ``config.sample_with_ema``), else G."""
+    use_ema = config is None or config.sample_with_ema
+    return gan.ema_generator if use_ema and gan.ema_generator is not None else gan.generator
+
+
+class SampleGrids(keras.callbacks.Callback):
+    """A sample grid ``samples_<step>.png`` at the first checkpoint after each multiple
+    of ``config.sample_every`` steps (the step is the G optimizer's count)."""
+
+    def __init__(self, run):
+        super().__init__()
+        self.run, self.previous = run, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = int(self.model.g_optimizer.iterations.numpy())
+        every = min(self.run.config.sample_every, self.run.config.steps)
+        if self.previous is not None and step // every > self.previous // every \
+                and self.run.chief:
+            sample_grid(sampling_generator(self.model, self.run.config), self.run.config,
+                        self.run.directory / f"samples_{step:07d}.png", seed=self.run.seed)
+        self.previous = step
+
+    def on_train_begin(self, logs=None):
+        self.previous = int(self.model.g_optimizer.iterations.numpy())
+
+
+def default_extractor(config):
+    return config.extractor or ("digits_classifier" if config.dataset == "digits"
+                                else "inception_v3")
+
+
+def real_image_batches(config, num_images, batch_size, data_dir=None, manual_dir=None,
+                       download=False):
+    """Up to ``num_images`` real images of ``config.eval_split``, in file order, batched."""
+    dataset = gan_images(config.dataset, config.eval_split, config.resolution,
+                         data_dir=data_dir, manual_dir=manual_dir, download=download)
+    dataset = dataset.take(num_images).map(lambda example: example["images"])
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def evaluate_generator(generator, config, num_samples=50_000, seed=0, batch_size=200,
+                       extractor=None, extractor_weights=None, num_real=None, data_dir=None,
+                       manual_dir=None, download=False, log=None):
+    """Fréchet distance (and classifier score when the extractor has a classifier head).
+
+    Args:
+        generator: maps ``[z, labels]`` to images in [-1, 1].
+        config: the run's :class:`gan.configs.GANConfig`.
+        num_samples: generated images; classes are drawn uniformly.
+        extractor: ``"digits_classifier"``, ``"inception_v3"``, a ``keras.Model``
+            or ``None`` for the config's default.
+        extractor_weights: weights file of the extractor (InceptionV3 ``.h5``).
+        num_real: real images (default: max(num_samples, 10,000), at most the
+            whole split; all 1,797 on digits).
+
+    Returns:
+        A dict with ``metric`` ("fid" / "fcd"), ``extractor``, ``value``,
+        ``num_samples``, ``num_real`` and, when available, ``classifier_score``.
+    """
+    from kctx.metrics import ClassifierScore, FrechetInceptionDistance
+
+    metric = FrechetInceptionDistance(extractor or default_extractor(config), value_range=(-1, 1),
+                                      weights=extractor_weights)
+    has_logits = metric.extractor.logits_model is not None
+    score = ClassifierScore(metric.extractor.logits_model.output_shape[-1]) if has_logits else None
+    for images in real_image_batches(config, num_real or max(num_samples, 10_000), batch_size,
+                                     data_dir, manual_dir, download):
+        metric.update_state(images, None)
+
+    @tf.function
+    def sample(step, n):
+        keys = tf.random.experimental.stateless_split(
+            tf.stack([tf.cast(seed, tf.int64), tf.cast(1000 + step, tf.int64)]), 2)
+        z = tf.random.stateless_normal((n, config.latent_dim), keys[0])
+        labels = tf.random.stateless_uniform((n,), keys[1], 0, config.num_classes, tf.int32)
+        return generator([z, labels], training=False)
+
+    produced = step = 0
+    while produced < num_samples:
+        n = min(batch_size, num_samples - produced)
+        fake = sample(tf.constant(step), n)
+        metric.update_state(None, fake)
+        if score is not None:
+            score.update_state(metric.extractor.logits(keras.ops.cast(fake, "float32")))
+        produced += n
+        step += 1
+        if log and step % 50 == 0:
+            log(f"  {produced}/{num_samples} samples")
+    result = {
+        "metric": metric.name,
+        "extractor": metric.extractor_name,
+        "value": float(metric.result()),
+        "num_samples": num_samples,
+        "num_real": metric.counts()[0],
+    }
+    if score is not None:
+        result["classifier_score"] = float(score.result())
+    return result
+
+
+def format_result(result):
+    """One line naming the metric, the extractor and the sample counts."""
+    if "value" not in result:
+        return f"no FID / FCD: {result.get('evaluation_error', 'eval_samples=0')}"
+    line = (f"{result['metric'].upper()} ({result['extractor']}, {result['num_samples']} "
+            f"generated vs {result['num_real']} real): {result['value']:.3f}")
+    if "classifier_score" in result:
+        line += f"; classifier score {result['classifier_score']:.3f}"
+    return line
+
+
+class GANWorkflow(Workflow):
+    """HamGAN: a ``ConditionalGAN`` (custom ``train_step``), its noise in the data, sample
+    grids, and the Fréchet distance of the sampling generator."""
+
+    name = "gan"
+    configs = CONFIGS
+    variant_field = "context"
+    default_config = "digits"
+    model_file = "generator.keras"
+    evaluation_fields = ("eval_samples", "eval_real", "extractor", "extractor_weights")
+
+    def get_config(self, name, **overrides):
+        return get_config(name, **overrides)
+
+    def variant(self, config):
+        return config.context
+
+    def build(self, run):
+        return build_gan(run.config)
+
+    def train_data(self, run, start_step, input_context):
+        location = run.data
+        return training_batches(run.config, run.seed, start_step, location.data_dir,
+                                location.manual_dir, location.download,
+                                input_context=input_context)
+
+    def check_data(self, run):
+        if run.config.dataset != "digits":  # a missing TFDS dataset fails before building
+            tfds_examples(run.config.dataset, run.config.train_split, run.config.resolution,
+                          run.data.data_dir, run.data.manual_dir, run.data.download)
+
+    def callbacks(self, run, gan):
+        return [SampleGrids(run)]
+
+    def checkpoint_objects(self, gan):
+        objects = {"generator": gan.generator, "discriminator": gan.discriminator,
+                   "g_optimizer": gan.g_optimizer, "d_optimizer": gan.d_optimizer}
+        if gan.ema_generator is not None:
+            objects["ema_generator"] = gan.ema_generator
+        return objects
+
+    def inference_model(self, run, gan):
+        return sampling_generator(gan, run.config)
+
+    def evaluate(self, run, generator):
+        config = run.config
+        results = {"samples": sample_grid(generator, config,
+                                          run.directory / "samples_final.png",
+                                          seed=run.seed).name}
+        if not config.eval_samples:
+            return results
+        try:
+            results.update(evaluate_generator(
+                generator, config, config.eval_samples, seed=run.seed,
+                num_real=config.eval_real, extractor=default_extractor(config),
+                extractor_weights=config.extractor_weights, data_dir=run.data.data_dir,
+                manual_dir=run.data.manual_dir, download=run.data.download))
+        except RuntimeError as error:  # the InceptionV3 weights are not available offline
+            results["evaluation_error"] = str(error)
+        return results
+
+    def summary(self, results):
+        return format_result(results)
+
+    def scores(self, results):
+        scores = {results["metric"]: results["value"]} if "value" in results else {}
+        if "classifier_score" in results:
+            scores["classifier_score"] = results["classifier_score"]
+        return scores
+
+
+WORKFLOW = GANWorkflow()

@@ -1,0 +1,61 @@
+"""The workflow runner and what the workflows share: configs, checkpoints, the CLI shape.
+
+- :func:`run` trains (or resumes) and evaluates any :class:`Workflow`;
+  :func:`evaluate_run` re-scores a run folder (:mod:`kctx.training.runner`).
+- :func:`train_main` / :func:`evaluate_main`: the ``python -m
+  <workflow>.train`` and ``.evaluate`` command lines, flags generated from
+  the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`).
+- :class:`StepCheckpoint`: step checkpoints with exact resume.
+- :func:`sgd`: the recipes' optimizer.
+"""
+
+import keras
+
+from kctx.training.checkpoint import CheckpointError, StepCheckpoint
+from kctx.training.cli import evaluate_main, train_main
+from kctx.training.config import (
+    SHARED_HELP,
+    check_nonnegative,
+    check_one_of,
+    check_positive,
+    config_from_dict,
+    config_to_dict,
+    replace_config,
+)
+from kctx.training.runner import (
+    DETERMINISTIC_ENVIRONMENT,
+    DataLocation,
+    HistoryLog,
+    Run,
+    RunDirectoryError,
+    Schedule,
+    Workflow,
+    check_global_batch,
+    deterministic_environment,
+    enable_determinism,
+    evaluate_run,
+    read_history,
+    read_run,
+    run,
+    save_model,
+    write_json,
+)
+
+
+def sgd(learning_rate, momentum=0.9, weight_decay=None):
+    """SGD with momentum and decoupled weight decay on kernels only (not on biases or
+    batch-norm scales and offsets), as the ImageNet and segmentation recipes use."""
+    optimizer = keras.optimizers.SGD(learning_rate, momentum=momentum,
+                                     weight_decay=weight_decay or None)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+__all__ = [
+    "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog", "Run",
+    "RunDirectoryError", "SHARED_HELP", "Schedule", "StepCheckpoint", "Workflow",
+    "check_global_batch", "check_nonnegative", "check_one_of", "check_positive",
+    "config_from_dict", "config_to_dict", "deterministic_environment", "enable_determinism",
+    "evaluate_main", "evaluate_run", "read_history", "read_run", "replace_config", "run",
+    "save_model", "sgd", "train_main", "write_json",
+]

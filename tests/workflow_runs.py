@@ -1,0 +1,123 @@
+"""Helpers of the workflow tests: tiny configs, CLI subprocesses, update comparisons."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# A few steps of every workflow on its embedded default data, with two checkpoints.
+TINY = {
+    "gan": ["--steps", "4", "--batch-size", "8", "--checkpoint-every", "2",
+            "--eval-samples", "150"],
+    "classification": ["--epochs", "2", "--batch-size", "478", "--width-multiplier", "0.25",
+                       "--image-size", "8", "--eval-batch-size", "128"],
+    "segmentation": ["--steps", "4", "--batch-size", "4", "--crop-size", "32",
+                     "--checkpoint-every", "2", "--head-channels", "32", "--eval-images", "16",
+                     "--prediction-images", "2"],
+    "sequence": ["--length", "32", "--steps", "4", "--batch-size", "8", "--eval-every", "2",
+                 "--eval-examples", "200", "--embed-dim", "8", "--hidden-units", "8",
+                 "--target-accuracy", "0"],
+}
+CHECKPOINT_STEP = {"gan": 2, "classification": 3, "segmentation": 2, "sequence": 2}
+WEIGHTS_FILE = {"gan": "generator.keras"}
+
+# Runs a workflow's CLI and SIGKILLs it right after training step `kill_after` (one step
+# past a checkpoint): a real `kill -9` at a known point of the run.
+KILL_SCRIPT = """
+import importlib, os, signal, sys
+import keras
+from kctx.training import train_main
+
+workflow, kill_after, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+
+class Kill(keras.callbacks.Callback):
+    steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        Kill.steps += 1
+        if Kill.steps == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+sys.exit(train_main(importlib.import_module(f"{workflow}.workflow").WORKFLOW, argv,
+                    callbacks=[Kill()]))
+"""
+
+
+def environment(**extra):
+    """The test process's environment for a subprocess: quiet TensorFlow, the package on
+    the path, no TF_CONFIG unless given."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def start(args, env=None, cwd=ROOT):
+    return subprocess.Popen([sys.executable, *args], env=env or environment(), cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process, timeout=900):
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for item in sockets:
+        item.bind(("127.0.0.1", 0))
+    ports = [item.getsockname()[1] for item in sockets]
+    for item in sockets:
+        item.close()
+    return ports
+
+
+def tf_config(ports, index):
+    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def load_weights(path):
+    import keras
+
+    return [np.asarray(w) for w in keras.saving.load_model(path).weights]
+
+
+def assert_same_update(initial, expected, actual, rtol=1e-3, variable_rtol=1e-2, label=""):
+    """Two trainings from the same ``initial`` weights made the same update.
+
+    Different CPUs (oneDNN kernels), thread counts, replica splits and
+    all-reduce orders round differently, so weights are compared through the
+    update Δ = w − w₀, not at a fixed atol:
+
+    - over all variables, ‖Δ_actual − Δ_expected‖ ≤ rtol · ‖Δ_expected‖;
+    - per variable, ‖Δa − Δe‖ ≤ variable_rtol · (‖Δe‖ + its share of the whole
+      update, ‖Δ‖·√(n_v / n)), so a variable with no true gradient (a conv bias
+      before batch norm: pure rounding noise) passes, and one updated wrongly
+      (a relative error near 1) fails.
+    """
+    initial, expected, actual = ([np.asarray(w, np.float64) for w in ws]
+                                 for ws in (initial, expected, actual))
+    assert len(initial) == len(expected) == len(actual)
+    deltas_e = [e - w for w, e in zip(initial, expected)]
+    deltas_a = [a - w for w, a in zip(initial, actual)]
+    total = np.sqrt(sum(np.sum(d ** 2) for d in deltas_e))
+    count = sum(d.size for d in deltas_e)
+    difference = np.sqrt(sum(np.sum((a - e) ** 2) for a, e in zip(deltas_a, deltas_e)))
+    assert total > 0, f"{label}: the expected run did not change the weights"
+    assert difference <= rtol * total, (
+        f"{label}: the updates differ by {difference:.3g}, more than {rtol} of their size "
+        f"{total:.3g}")
+    for index, (e, a) in enumerate(zip(deltas_e, deltas_a)):
+        allowed = variable_rtol * (np.linalg.norm(e) + total * np.sqrt(e.size / count))
+        assert np.linalg.norm(a - e) <= allowed, (
+            f"{label}: variable {index} {e.shape} differs by {np.linalg.norm(a - e):.3g} "
+            f"(update {np.linalg.norm(e):.3g}, allowed {allowed:.3g})")
