@@ -204,7 +204,7 @@ class GANWorkflow(Workflow):
         return results
 
     def summary(self, results):
-        return format_result(results)
+        return f"{format_result(results)}\nsamples: {results['samples']} in the run folder"
 
     def scores(self, results):
         scores = {results["metric"]: results["value"]} if "value" in results else {}

@@ -52,8 +52,14 @@ def standardize_data_format(data_format):
     return resolved
 
 
-def check_image_input(layer_name, input_shape):
-    """Rank-4 channels-last input with a known channel dimension."""
+def check_image_input(layer, input_shape):
+    """Rank-4 channels-last input with a known channel dimension; returns the channels.
+
+    Called from ``layer.build``: it also sets ``layer.input_spec`` to rank 4 with
+    that many channels, so a later call on another channel count is refused by
+    Keras with a ValueError naming both shapes (not a raw kernel error).
+    """
+    layer_name = type(layer).__name__
     if len(input_shape) != 4:
         raise ValueError(
             f"{layer_name} expects a rank-4 input (batch, height, width, channels). "
@@ -64,7 +70,26 @@ def check_image_input(layer_name, input_shape):
             f"{layer_name} needs a known channel dimension. "
             f"Received: input_shape={tuple(input_shape)}"
         )
-    return int(input_shape[-1])
+    channels = int(input_shape[-1])
+    layer.input_spec = keras.InputSpec(ndim=4, axes={-1: channels})
+    return channels
+
+
+def check_sequence_input(layer, input_shape, length_known=True):
+    """(batch, n, channels) with the channels, and n where ``length_known``, known.
+
+    Called from ``layer.build``; returns (n, channels) and sets ``layer.input_spec``
+    so that a later call on another channel count (or length) is a Keras ValueError.
+    """
+    known = "n and channels" if length_known else "channels"
+    if (len(input_shape) != 3 or input_shape[2] is None
+            or (length_known and input_shape[1] is None)):
+        raise ValueError(f"{type(layer).__name__} expects (batch, n, channels) with {known} "
+                         f"known. Received: input_shape={tuple(input_shape)}")
+    length, channels = input_shape[1], int(input_shape[2])
+    axes = {1: int(length), 2: channels} if length_known else {2: channels}
+    layer.input_spec = keras.InputSpec(ndim=3, axes=axes)
+    return length, channels
 
 
 def check_optional_number(name, value):

@@ -16,3 +16,20 @@ if "KCTX_CACHE_DIR" not in os.environ:
     import tempfile
 
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
+
+
+def _rss_mb(pid="self"):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS"))
+    except (OSError, StopIteration):
+        return -1
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """With KCTX_TEST_MEMORY=FILE, append each test's RSS after it (MB) to FILE: where a
+    long test session's memory goes."""
+    path = os.environ.get("KCTX_TEST_MEMORY")
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{_rss_mb()}\t{nodeid}\n")

@@ -96,6 +96,44 @@ def test_fid_needs_more_samples_than_dimensions():
         metric.result()
 
 
+def test_fid_of_one_sample_is_an_error_not_a_number():
+    metric = FrechetInceptionDistance(_feature_model((2, 2, 1)), value_range=(0, 255))
+    image = np.full((1, 2, 2, 1), 100.0, "float32")
+    metric.update_state(image, image)
+    with pytest.raises(ValueError, match=r"more real samples than feature dimensions \(4\).*1"):
+        metric.result()
+
+
+def test_fid_of_images_with_nan_is_an_error_naming_the_side_and_count():
+    rng = np.random.default_rng(4)
+    real = _gaussian_images(rng, 40, 100, 25)
+    fake = _gaussian_images(rng, 40, 100, 25)
+    fake[3, 0, 0, 0] = np.nan
+    fake[7, 1, 1, 0] = np.inf
+    metric = FrechetInceptionDistance(_feature_model((2, 2, 1)), value_range=(0, 255))
+    for r, f in zip(np.array_split(real, 3), np.array_split(fake, 3)):
+        metric.update_state(r, f)
+    assert metric.nonfinite_counts() == (0, 2)
+    with pytest.raises(ValueError, match="2 of the 40 generated images hold NaN or inf"):
+        metric.result()
+    metric.reset_state()
+    assert metric.nonfinite_counts() == (0, 0) and metric.counts() == (0, 0)
+    with pytest.raises(ValueError, match="`sigma2` holds 1 NaN"):
+        frechet_distance(np.zeros(2), np.eye(2), np.zeros(2), [[1.0, 0.0], [0.0, np.nan]])
+
+
+def test_fid_of_identical_sets_is_zero():
+    rng = np.random.default_rng(5)
+    images = _gaussian_images(rng, 200, 120, 30)
+    metric = FrechetInceptionDistance(_feature_model((2, 2, 1)), value_range=(0, 255))
+    metric.update_state(images, images[::-1])
+    value = float(metric.result())
+    assert 0.0 <= value < 1e-9
+    features = (images.reshape(200, -1) / 127.5 - 1).astype("float64")
+    mu, sigma = features.mean(0), np.cov(features, rowvar=False)
+    assert 0.0 <= frechet_distance(mu, sigma, mu, sigma) < 1e-9
+
+
 def test_fid_accumulates_across_replicas():
     strategy = mirrored_strategy(2)
     rng = np.random.default_rng(3)

@@ -92,6 +92,15 @@ def test_flags_parse_types_none_and_tuples():
     ("segmentation", ["--context", "ham_svd"], "Received: context='ham_svd'"),
     ("sequence", ["--batch-size", "0"], "Received: batch_size=0"),
     ("sequence", ["--eval-every", "0"], "Received: eval_every=0"),
+    # The rest of finding 2 of the reliability issue: negative budgets, zero batches and
+    # sizes that used to train, divide by zero or mean "own size" silently.
+    ("gan", ["--steps", "-5"], "Received: steps=-5"),
+    ("gan", ["--batch-size", "0"], "Received: batch_size=0"),
+    ("classification", ["--epochs", "-1"], "Received: epochs=-1"),
+    ("classification", ["--batch-size", "0"], "Received: batch_size=0"),
+    ("segmentation", ["--eval-size", "0"], "Received: eval_size=0"),
+    ("segmentation", ["--eval-images", "0"], "Received: eval_images=0"),
+    ("sequence", ["--steps", "-5"], "Received: steps=-5"),
 ])
 def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, capsys):
     import importlib
@@ -148,6 +157,9 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, tmp_path):
     assert [row["step"] for row in rows] == [CHECKPOINT_STEP[name], 2 * CHECKPOINT_STEP[name]]
     timing = json.loads((tmp_path / "resumed" / "timing.json").read_text())
     assert timing["train_seconds"] == pytest.approx(sum(row["seconds"] for row in rows), 1e-3)
+    assert timing["eval_seconds"] == pytest.approx(
+        sum(row.get("eval_seconds", 0.0) for row in rows), 1e-3)
+    assert timing["seconds_per_step"] > 0
     run = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert run["deterministic"] and run["config"]["name"] == results["config"]
     assert {"tensorflow", "keras", "numpy", "python"} <= set(run["versions"])
@@ -216,6 +228,26 @@ def test_stop_after_step_then_resume(tmp_path):
     assert stopped["stopped_at"] == 2 and not (tmp_path / "results.json").exists()
     done = train(model_dir=tmp_path, **tiny, **quiet)
     assert done["steps"] == 4 and [row["step"] for row in done["history"]] == [2, 4]
+
+
+def test_steps_need_not_be_a_multiple_of_the_checkpoint_interval(tmp_path):
+    from sequence.train import train
+
+    quiet = dict(verbose=0, log=lambda *_: None)
+    tiny = dict(length=16, steps=5, batch_size=4, eval_every=2, eval_examples=100,
+                embed_dim=4, hidden_units=4, target_accuracy=0)
+    straight = train(model_dir=tmp_path / "straight", **tiny, **quiet)
+    assert [row["step"] for row in straight["history"]] == [2, 4, 5]
+    assert ["val_accuracy" in row for row in straight["history"]] == [True, True, False]
+    assert sorted(p.name for p in (tmp_path / "straight" / "checkpoints").glob("*.index")) == [
+        "ckpt-4.index", "ckpt-5.index"]
+    stopped = train(model_dir=tmp_path / "resumed", stop_after_step=3, **tiny, **quiet)
+    assert stopped["stopped_at"] == 3
+    resumed = train(model_dir=tmp_path / "resumed", **tiny, **quiet)
+    assert [row["step"] for row in resumed["history"]] == [2, 3, 4, 5]
+    assert resumed["steps"] == 5
+    assert resumed["accuracy"] == pytest.approx(straight["accuracy"], abs=0.02)
+    assert resumed["loss"] == pytest.approx(straight["loss"], rel=1e-3)
 
 
 def test_two_workers_train_like_one_process_and_resume_after_kill(tmp_path):

@@ -79,7 +79,7 @@ class GlobalAttention2D(keras.layers.Layer):
             )
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         out_channels = self.output_channels or channels
         for name, size in (("input channels", channels), ("output channels", out_channels)):
             if size % self.num_heads:
@@ -187,8 +187,11 @@ class Attention2D(GlobalAttention2D):
     (Sec. 2.1), folded back to (B, H, W, P). Time O(N²C), memory O(N²). With
     ``pool_size`` keys and values are max-pooled with that window and stride
     ("Attn+Pool" of Table 1: 2×2, after Wang et al.), dividing both by its
-    area. The baseline of Kronecker attention (Tables 1 and 3), with the same
-    options as :class:`KroneckerAttention2D`.
+    area (maps of any size: a partial window at the bottom or right edge
+    pools what it covers, so 1×1 and 7×13 maps work; on sizes divisible by
+    ``pool_size`` this is the usual pooling). The baseline of Kronecker
+    attention (Tables 1 and 3), with the same options as
+    :class:`KroneckerAttention2D`.
 
     Args:
         pool_size: ``None`` or an int / (int, int) pooling of keys and values.
@@ -196,7 +199,7 @@ class Attention2D(GlobalAttention2D):
 
     Call arguments:
         inputs: (batch, height, width, channels); height and width may be
-            ``None`` (divisible by ``pool_size`` when pooling).
+            ``None``.
         training: batch statistics of the score normalisation when True.
 
     Example:
@@ -218,7 +221,7 @@ class Attention2D(GlobalAttention2D):
     def _query_key_value(self, inputs):
         context = inputs
         if self.pool_size is not None:
-            context = ops.max_pool(inputs, self.pool_size, strides=self.pool_size)
+            context = ops.max_pool(inputs, self.pool_size, strides=self.pool_size, padding="same")
         return unfold(inputs), unfold(context), unfold(context)
 
     def _fold(self, out, inputs):

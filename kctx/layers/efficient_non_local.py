@@ -59,7 +59,7 @@ class EfficientNonLocal2D(ProjectionMixin, keras.layers.Layer):
         self.data_format = standardize_data_format(data_format)
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         key_dim = self.key_dim or max(1, channels // 2)
         value_dim = self.value_dim or max(1, channels // 2)
         for name, size in (("key_dim", key_dim), ("value_dim", value_dim)):

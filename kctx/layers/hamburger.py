@@ -205,7 +205,7 @@ class Hamburger(keras.layers.Layer):
         return self.temperature
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         latent_dim = self.latent_dim or channels
         if latent_dim % self.groups:
             raise ValueError(

@@ -61,7 +61,7 @@ class _KANetModule(keras.layers.Layer):
                                                dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         # r·c inner maps; Skip/Attn modules fill one c-chunk with the input / attention.
         reuses_chunk = self._concat_input or self._attention_path
         self._expanded = (self.expansion - int(reuses_chunk)) * channels

@@ -65,7 +65,7 @@ class LatentGNN2D(keras.layers.Layer):
         self.data_format = standardize_data_format(data_format)
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         reduced = max(1, channels // self.channel_stride)
         widths = {"reduce_v2l": (channels, reduced), "reduce_l2v": (channels, reduced),
                   "psi_v2l": (reduced, self.latent_dim), "psi_l2v": (reduced, self.latent_dim),

@@ -67,7 +67,7 @@ class NonLocal2D(ProjectionMixin, keras.layers.Layer):
                                                     dtype=self.dtype_policy, name="norm")
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         width = self.inter_channels or max(1, channels // 2)
         self.theta = self._projection("theta", channels, width)
         self.phi = self._projection("phi", channels, width)

@@ -18,7 +18,9 @@ class PolyNL(keras.layers.Layer):
     a sum of the third-order products x_ad x_ef x_eh that a non-local block
     also uses (Eq. 7 vs Eq. 8), at O(N·C²) cost and O(N·C) memory: no N×N
     similarity matrix. The average is computed from the C×C Gram matrix
-    XᵀX / N (:func:`kctx.ops.poly_nl`), in float32 under mixed precision.
+    XᵀX / N (:func:`kctx.ops.poly_nl`), in float32 under mixed precision, and
+    βY is formed there from X / max|X| so that β = 0 gives exactly αX for any
+    input (no 0·inf where the cubic Y overflows, e.g. under ``mixed_float16``).
 
     Initialisation: α = 1 and β = 0 by default, so the block starts as the
     identity and can be inserted into a trained network without changing it
@@ -59,19 +61,23 @@ class PolyNL(keras.layers.Layer):
         self.data_format = standardize_data_format(data_format)
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         self.kernels = [
             self.add_weight(name=f"w{index}", shape=(channels, channels),
                             initializer=self.kernel_initializer,
-                            regularizer=self.kernel_regularizer)
+                            regularizer=self.kernel_regularizer, autocast=False)
             for index in (1, 2, 3)
         ]
         self.alpha = self.add_weight(name="alpha", shape=(), initializer=self.alpha_initializer)
-        self.beta = self.add_weight(name="beta", shape=(), initializer=self.beta_initializer)
+        # Read in float32 under mixed precision (no autocast): the op computes in float32,
+        # and a gradient of β or W routed through float16 overflows for large inputs.
+        self.beta = self.add_weight(name="beta", shape=(), initializer=self.beta_initializer,
+                                    autocast=False)
 
     def call(self, inputs):
-        y = poly_nl(inputs, *self.kernels)
-        return ops.cast(self.alpha, inputs.dtype) * inputs + ops.cast(self.beta, y.dtype) * y
+        # β·Y from the op (formed in float32, where β = 0 gives 0 for any input).
+        return ops.cast(self.alpha, inputs.dtype) * inputs + poly_nl(inputs, *self.kernels,
+                                                                     scale=self.beta)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

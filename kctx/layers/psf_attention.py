@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kctx.validation import check_choice, check_positive_int
+from kctx.validation import check_choice, check_positive_int, check_sequence_input
 from kctx.layers.context_block import register_context_block
 from kctx.ops.chord import chord_dense, chord_matmul, chord_num_factors, chord_width
 
@@ -84,10 +84,7 @@ class PSFAttention(keras.layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
 
     def build(self, input_shape):
-        if len(input_shape) != 3 or input_shape[1] is None or input_shape[2] is None:
-            raise ValueError("PSFAttention expects (batch, n, channels) with n and channels "
-                             f"known. Received: input_shape={tuple(input_shape)}")
-        n, channels = int(input_shape[1]), int(input_shape[2])
+        n, channels = check_sequence_input(self, input_shape)
         if n < 2:
             raise ValueError(f"PSFAttention needs a sequence length n ≥ 2. "
                              f"Received: input_shape={tuple(input_shape)}")

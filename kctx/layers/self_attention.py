@@ -82,7 +82,7 @@ class SelfAttention2D(ProjectionMixin, keras.layers.Layer):
         self.data_format = standardize_data_format(data_format)
 
     def build(self, input_shape):
-        channels = check_image_input(type(self).__name__, input_shape)
+        channels = check_image_input(self, input_shape)
         self._channels = channels
         self._key_dim = self.key_dim or channels
         self._value_dim = self.value_dim or channels

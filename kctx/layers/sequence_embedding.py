@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kctx.validation import check_sequence_input
+
 
 @keras.saving.register_keras_serializable(package="kctx")
 class PrependToken(keras.layers.Layer):
@@ -16,8 +18,8 @@ class PrependToken(keras.layers.Layer):
     """
 
     def build(self, input_shape):
-        self.token = self.add_weight(name="token", shape=(1, 1, input_shape[-1]),
-                                     initializer="zeros")
+        _, channels = check_sequence_input(self, input_shape, length_known=False)
+        self.token = self.add_weight(name="token", shape=(1, 1, channels), initializer="zeros")
 
     def call(self, inputs):
         token = ops.cast(ops.tile(self.token, (ops.shape(inputs)[0], 1, 1)), inputs.dtype)
@@ -46,7 +48,8 @@ class PositionEmbedding(keras.layers.Layer):
         self.initializer = keras.initializers.get(initializer)
 
     def build(self, input_shape):
-        self.positions = self.add_weight(name="positions", shape=tuple(input_shape[1:]),
+        length, channels = check_sequence_input(self, input_shape)
+        self.positions = self.add_weight(name="positions", shape=(length, channels),
                                          initializer=self.initializer)
 
     def call(self, inputs):

@@ -32,13 +32,24 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
             feature dimensions.
 
     Returns:
-        The squared Fréchet distance, a Python float.
+        The squared Fréchet distance, a Python float (>= 0: rounding below 0,
+        as for two equal Gaussians, gives 0).
+
+    Raises:
+        ValueError: statistics with NaN or inf values, or shapes that differ.
     """
     from scipy import linalg
 
     mu1, mu2 = np.atleast_1d(np.asarray(mu1, np.float64)), np.atleast_1d(np.asarray(mu2, np.float64))
     sigma1 = np.atleast_2d(np.asarray(sigma1, np.float64))
     sigma2 = np.atleast_2d(np.asarray(sigma2, np.float64))
+    for name, value in (("mu1", mu1), ("sigma1", sigma1), ("mu2", mu2), ("sigma2", sigma2)):
+        if not np.isfinite(value).all():
+            raise ValueError(
+                f"Fréchet distance of non-finite statistics: `{name}` holds "
+                f"{np.size(value) - np.isfinite(value).sum()} NaN or inf values. "
+                f"Received: {name}={value!r}"
+            )
     if mu1.shape != mu2.shape:
         raise ValueError(f"`mu1` and `mu2` differ in shape: {mu1.shape} vs {mu2.shape}")
     if sigma1.shape != sigma2.shape or sigma1.shape != (mu1.size, mu1.size):
@@ -65,7 +76,8 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
                 "in sqrtm(Σ₁Σ₂)"
             )
         covmean = covmean.real
-    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2.0 * np.trace(covmean))
+    value = diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2.0 * np.trace(covmean)
+    return max(float(value), 0.0)  # d² >= 0; rounding can leave -1e-12 for equal Gaussians
 
 
 def _trace_sqrt_product(sigma1, sigma2):
@@ -96,6 +108,13 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     replicas. Images are quantised to uint8 and resized with antialiasing
     before the extractor (Parmar et al., "On Aliased Resizing and Surprising
     Subtleties in GAN Evaluation", 2022).
+
+    ``result()`` (eager) raises a ValueError, rather than returning a number
+    that means nothing, when a side has no more samples than the features have
+    dimensions (the covariance would be singular; one sample has none) or when
+    images with NaN or inf pixels were fed (they are counted per side; the
+    message says how many). Two equal sample sets give 0 up to rounding, and
+    never less than 0.
 
     Args:
         extractor: ``"inception_v3"`` (pool features, 2048-d; the paper's FID),
@@ -136,6 +155,10 @@ class FrechetInceptionDistance(keras.metrics.Metric):
                 self.add_variable((dim, dim), "zeros", dtype="float64", name=f"{side}_outer"),
                 self.add_variable((), "zeros", dtype="float64", name=f"{side}_count"),
             )
+        self._nonfinite = {
+            side: self.add_variable((), "zeros", dtype="float64", name=f"{side}_nonfinite")
+            for side in ("real", "generated")
+        }
 
     @property
     def extractor_name(self):
@@ -152,6 +175,9 @@ class FrechetInceptionDistance(keras.metrics.Metric):
         feature_sum.assign_add(ops.sum(features, axis=0))
         outer_sum.assign_add(ops.matmul(ops.transpose(features), features))
         count.assign_add(ops.cast(ops.shape(features)[0], "float64"))
+        pixels = ops.reshape(ops.cast(images, "float32"), (ops.shape(images)[0], -1))
+        finite = ops.all(ops.isfinite(pixels), axis=1)
+        self._nonfinite[side].assign_add(ops.sum(ops.cast(ops.logical_not(finite), "float64")))
 
     def update_state(self, real_images=None, generated_images=None, sample_weight=None):
         if sample_weight is not None:
@@ -168,10 +194,20 @@ class FrechetInceptionDistance(keras.metrics.Metric):
         """(mean, covariance) of ``"real"`` or ``"generated"`` features so far."""
         return gaussian_statistics(*self._stats[side])
 
+    def nonfinite_counts(self):
+        """(real, generated) images fed so far that hold a NaN or inf pixel."""
+        return tuple(int(ops.convert_to_numpy(self._nonfinite[s])) for s in ("real", "generated"))
+
     def result(self):
         if _is_eager():
             dim = self.extractor.feature_dim
-            for side, n in zip(("real", "generated"), self.counts()):
+            for side, bad, n in zip(("real", "generated"), self.nonfinite_counts(), self.counts()):
+                if bad:
+                    raise ValueError(
+                        f"{bad} of the {n} {side} images hold NaN or inf pixels; their "
+                        "Fréchet distance is undefined. Check the generator's outputs "
+                        "(or the data) for NaN before scoring."
+                    )
                 if n <= dim:
                     raise ValueError(
                         f"Fréchet distance needs more {side} samples than feature dimensions "
@@ -181,13 +217,13 @@ class FrechetInceptionDistance(keras.metrics.Metric):
         mu1, sigma1 = self.statistics("real")
         mu2, sigma2 = self.statistics("generated")
         diff = mu1 - mu2
-        return (ops.sum(diff * diff) + ops.trace(sigma1) + ops.trace(sigma2)
-                - 2.0 * _trace_sqrt_product(sigma1, sigma2))
+        value = (ops.sum(diff * diff) + ops.trace(sigma1) + ops.trace(sigma2)
+                 - 2.0 * _trace_sqrt_product(sigma1, sigma2))
+        return ops.maximum(value, 0.0)  # d² >= 0: rounding can leave -1e-12 for equal sets
 
     def reset_state(self):
-        for variables in self._stats.values():
-            for variable in variables:
-                variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
+        for variable in (*sum(self._stats.values(), ()), *self._nonfinite.values()):
+            variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
 
     def get_config(self):
         config = super().get_config()

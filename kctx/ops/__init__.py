@@ -18,6 +18,7 @@ from kctx.ops.kronecker_attention import (
     outer_sum,
 )
 from kctx.ops.latent_graph import latent_graph_propagation
+from kctx.ops.magnitude import magnitude
 from kctx.ops.matrix_decomposition import (
     decompose,
     initial_bases,
@@ -43,6 +44,7 @@ __all__ = [
     "kronecker_attention",
     "kronecker_summary",
     "latent_graph_propagation",
+    "magnitude",
     "matrix_decomposition",
     "multi_head_attention",
     "outer_sum",

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx.ops.magnitude import magnitude
 from kctx.validation import (
     check_choice,
     check_nonnegative_float,
@@ -52,23 +53,6 @@ def _check_shapes(x, bases):
         )
 
 
-def _safe_scale(x, nonnegative=False):
-    """Per-matrix magnitude s = max|x| (1 where x is all zero), gradient-free.
-
-    Every ham is positively homogeneous of degree one in x (MU rules, cosine
-    similarities and the CD closed form all scale with x), so the iterations run
-    on x/s and the codes are scaled back by s. This keeps every intermediate
-    finite for any input magnitude (xᵀC is ~N·s² otherwise) without changing
-    the result beyond the meaning of ``eps``, which becomes relative to the
-    largest entry of x. ``nonnegative`` (NMF's contract) skips the abs pass.
-    """
-    s = ops.max(x, axis=(1, 2), keepdims=True)
-    if not nonnegative:
-        s = ops.maximum(s, -ops.min(x, axis=(1, 2), keepdims=True))
-    s = ops.where(s > 0, s, ops.ones_like(s))
-    return ops.stop_gradient(s)
-
-
 def _l2_normalize(t, axis):
     squared = ops.sum(ops.square(t), axis=axis, keepdims=True)
     return t * ops.rsqrt(ops.maximum(squared, _NORM_EPS**2))
@@ -92,7 +76,7 @@ def _nmf_bases_update(x_scaled_t_codes, codes, bases, eps):
 
 
 def _nmf(x, bases, steps, temperature, eps, one_step_gradient):
-    scale = _safe_scale(x, nonnegative=True)
+    scale = magnitude(x)
     inv_scale = 1.0 / scale
     # x·D of the *unscaled* input: C₀ = softmax(x·D / T) exactly as the
     # official code; the same product is the numerator of the first C update.
@@ -133,7 +117,7 @@ def _normalized_rows(x, scale):
 
 
 def _vq(x, bases, steps, temperature, eps, one_step_gradient):
-    scale = _safe_scale(x)
+    scale = magnitude(x)
     x_unit = _normalized_rows(x, scale)
     for _ in range(steps):
         codes = _soft_assign(x_unit, bases, temperature)
@@ -147,7 +131,7 @@ def _vq(x, bases, steps, temperature, eps, one_step_gradient):
 
 
 def _cd(x, bases, steps, temperature, beta, one_step_gradient):
-    scale = _safe_scale(x)
+    scale = magnitude(x)
     x_unit = _normalized_rows(x, scale)
     for _ in range(steps):
         codes = _soft_assign(x_unit, bases, temperature)
@@ -158,7 +142,12 @@ def _cd(x, bases, steps, temperature, beta, one_step_gradient):
     # Closed form C = (DᵀD + βI)⁻¹ DᵀX (Appendix B), here C = x·D·(DᵀD + βI)⁻¹.
     rank = ops.shape(bases)[-1]
     gram = ops.einsum("bdr,bdk->brk", bases, bases)
-    gram = gram + beta * ops.eye(rank, dtype=gram.dtype)
+    identity = ops.eye(rank, dtype=gram.dtype)
+    gram = gram + beta * identity
+    # An example with NaN / inf has a non-finite Gram matrix, which the inverse would
+    # reject with a raw error; invert I instead: its codes are non-finite through x·D.
+    finite = ops.all(ops.isfinite(gram), axis=(1, 2), keepdims=True)
+    gram = ops.where(finite, gram, identity)
     codes = ops.matmul(ops.einsum("bnd,bdr->bnr", x, bases), ops.inv(gram))
     return bases, codes
 

@@ -2,12 +2,14 @@
 
 from keras import ops
 
+from kctx.ops.magnitude import magnitude
+
 
 def _positions_axes(x):
     return tuple(range(1, len(x.shape) - 1))
 
 
-def poly_nl(x, w1, w2, w3):
+def poly_nl(x, w1, w2, w3, scale=None):
     """Y = (Φ(X W₁ ⊙ X W₂) ⊙ X) W₃ — Eq. 6 of Babiloni et al. (Poly-NL).
 
     X holds the N positions of each example as rows (``x`` is (B, N, C) or
@@ -20,25 +22,38 @@ def poly_nl(x, w1, w2, w3):
     d, mean_n (XW₁)_nd (XW₂)_nd = [W₁ᵀ G W₂]_dd with the Gram matrix
     G = XᵀX / N (C×C), so s = Φ(...) = Σ_f W₁_fd (G W₂)_fd. Then Y = X (diag(s) W₃).
     Cost 2·N·C² + C³ multiply-adds (Eq. 6 as written: 3·N·C²) and no N-sized
-    intermediate but the output: O(N) in time and memory. G and s are computed
-    in float32 (under mixed precision too) and the result is cast back.
+    intermediate but the output: O(N) in time and memory.
+
+    Range: Y is a cubic form of X, so it overflows float32 from |X| ≈ 1e12.
+    It is computed from X̂ = X / m with m = max|X| per example, as
+    Y = m³ Ŷ (exact: Y is homogeneous of degree 3), in float32 under mixed
+    precision too, and returned as ``scale`` · Y with the scalar factor
+    ``scale · m · m · m`` formed first: ``scale = 0`` gives exactly 0 (no
+    0 · inf) however large X is, and the gradients with respect to X and the
+    W's stay finite there. An all-zero example gives Y = 0.
 
     Args:
         x: (B, ..., C) with N positions in the middle axes.
         w1, w2: (C, C) — the embeddings whose products are averaged.
         w3: (C, C_out) — the output projection.
+        scale: optional scalar factor (e.g. the β of :class:`kctx.layers.PolyNL`).
 
     Returns:
-        (B, ..., C_out) in the dtype of ``x``.
+        ``scale`` · Y, (B, ..., C_out), in the dtype of ``x``.
     """
     dtype = x.dtype
     x32 = ops.cast(x, "float32")
     flat = ops.reshape(x32, (ops.shape(x)[0], -1, x.shape[-1]))  # (B, N, C)
+    m = magnitude(flat)  # (B, 1, 1)
+    flat = flat / m  # X̂
     count = ops.cast(ops.shape(flat)[1], "float32")
     gram = ops.matmul(ops.swapaxes(flat, 1, 2), flat) / count  # (B, C, C)
     w1, w2, w3 = (ops.cast(w, "float32") for w in (w1, w2, w3))
-    context = ops.sum(ops.matmul(gram, w2) * w1, axis=1)  # s: (B, C), Φ before expansion
-    mixing = ops.expand_dims(context, -1) * w3  # diag(s) W₃: (B, C, C_out)
+    context = ops.sum(ops.matmul(gram, w2) * w1, axis=1)  # ŝ: (B, C), Φ before expansion
+    m = m[:, :, 0]  # (B, 1)
+    factor = m if scale is None else ops.cast(scale, "float32") * m
+    factor = factor * m * m  # scale · m³, left to right: scale = 0 stays 0
+    mixing = ops.expand_dims(context * factor, -1) * w3  # diag(scale·m³·ŝ) W₃
     y = ops.matmul(flat, mixing)
     y = ops.reshape(y, tuple(ops.shape(x)[:-1]) + (w3.shape[-1],))
     return y if dtype == "float32" else ops.cast(y, dtype)

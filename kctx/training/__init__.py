@@ -22,24 +22,17 @@ from kctx.training.config import (
     config_to_dict,
     replace_config,
 )
+from kctx.training.records import HistoryLog, RunDirectoryError, read_history, read_run, write_json
 from kctx.training.runner import (
     DETERMINISTIC_ENVIRONMENT,
-    DataLocation,
-    HistoryLog,
-    Run,
-    RunDirectoryError,
-    Schedule,
-    Workflow,
     check_global_batch,
     deterministic_environment,
     enable_determinism,
     evaluate_run,
-    read_history,
-    read_run,
     run,
     save_model,
-    write_json,
 )
+from kctx.training.workflow import DataLocation, Run, Schedule, Workflow
 
 
 def sgd(learning_rate, momentum=0.9, weight_decay=None):

@@ -28,259 +28,22 @@ Files are written by the chief only, atomically (a temporary file, then
 """
 
 import contextlib
-import csv
 import dataclasses
-import io
 import json
 import math
 import os
 import pathlib
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from typing import Any, Callable
 
 import keras
 
 from kctx.training.checkpoint import StepCheckpoint
-from kctx.training.config import config_from_dict, config_to_dict, replace_config
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """How long a run trains and how often it checkpoints and evaluates, in steps.
-
-    ``eval_every`` 0 evaluates only at the end.
-    """
-
-    steps: int
-    checkpoint_every: int
-    eval_every: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class DataLocation:
-    """Where datasets are: a TFDS / local data directory, TFDS's manual directory,
-    and whether a missing TFDS dataset may be downloaded (see :func:`kctx.data.tfds_dataset`)."""
-
-    data_dir: str | None = None
-    manual_dir: str | None = None
-    download: bool = False
-
-
-@dataclasses.dataclass
-class Run:
-    """One run, as the workflow's functions see it.
-
-    Attributes:
-        workflow: the :class:`Workflow`.
-        config: the resolved config (a frozen dataclass).
-        seed: the run's seed; batch k of the training stream is a function of (seed, k).
-        directory: the run folder.
-        strategy: the ``tf.distribute`` strategy.
-        data: the :class:`DataLocation`.
-        deterministic: whether TensorFlow runs single-threaded with op determinism.
-        verbose: Keras progress-bar verbosity.
-        log: called with one line per message.
-    """
-
-    workflow: Any
-    config: Any
-    seed: int
-    directory: pathlib.Path
-    strategy: Any
-    data: DataLocation = DataLocation()
-    deterministic: bool = False
-    verbose: int = 1
-    log: Callable = print
-
-    @property
-    def replicas(self):
-        return self.strategy.num_replicas_in_sync
-
-    @property
-    def chief(self):
-        from kctx.distribute import is_chief
-
-        return is_chief(self.strategy)
-
-    @property
-    def worker(self):
-        """``(index, count)`` of this worker (``(0, 1)`` in a single process)."""
-        from kctx.distribute import worker_index
-
-        return worker_index(self.strategy)
-
-    def sum_over_workers(self, value):
-        """A NumPy array summed over the workers (the value itself in one process)."""
-        from kctx.distribute import sum_over_workers
-
-        return sum_over_workers(self.strategy, value)
-
-    def dataset(self, dataset_fn):
-        """``dataset_fn(input_context)`` for ``fit`` / ``evaluate``: under several
-        replicas, per-replica batches from each input pipeline (one per host) through
-        ``strategy.distribute_datasets_from_function``; on one device
-        ``dataset_fn(None)``, global batches (a distributed dataset there makes
-        single-threaded runs differ in the last bit from run to run)."""
-        if self.replicas > 1:
-            return self.strategy.distribute_datasets_from_function(dataset_fn)
-        return dataset_fn(None)
-
-    def keras_evaluate(self, model, dataset_fn):
-        """``model.evaluate`` (a dict of scores) on :meth:`dataset` of ``dataset_fn``:
-        with several hosts each input pipeline scores its shard."""
-        dataset = self.dataset(dataset_fn)
-        with multi_worker_keras(model, self.strategy, dataset):
-            return model.evaluate(dataset, verbose=0, return_dict=True)
-
-
-class Workflow:
-    """What a workflow supplies to :func:`run`: subclass it and override what is its own.
-
-    A subclass sets the class attributes and implements :meth:`variant`,
-    :meth:`build`, :meth:`train_data` and :meth:`evaluate`; the other methods
-    have defaults. The runner and the CLIs (:mod:`kctx.training.cli`) do the
-    rest the same way for every workflow.
-
-    Attributes:
-        name: the workflow's name (``"gan"``): its package, and the run folder's prefix.
-        configs: named configs (presets), instances of one frozen dataclass
-            whose fields are the command-line flags (its docstring's
-            ``Attributes:`` section is their help).
-        default_config: the name used when none is given.
-        model_file: the file the inference model is saved to.
-        evaluation_fields: config fields that only change the evaluation, so
-            ``evaluate`` may override them and a resumed run may differ in them.
-        variant_field: the config field :meth:`train` takes as its second
-            positional argument (``"context"``, ``"model"``).
-        description: the CLI's help text.
-
-    Example:
-
-    >>> class Tiny(Workflow):
-    ...     name, configs, default_config = "tiny", {"one": ...}, "one"
-    ...     def variant(self, config): ...
-    ...     def build(self, run): ...           # compiled model, built in the strategy scope
-    ...     def train_data(self, run, start_step, input_context): ...
-    ...     def evaluate(self, run, model): ...  # dict of scores
-    """
-
-    name = None
-    configs = {}
-    default_config = None
-    model_file = "model.keras"
-    evaluation_fields = ()
-    variant_field = None
-    description = ""
-
-    @property
-    def config_class(self):
-        """The dataclass of the configs."""
-        return type(self.configs[self.default_config])
-
-    def get_config(self, name, **overrides):
-        """The config ``name`` with ``overrides`` (:func:`kctx.training.replace_config`)."""
-        return replace_config(self.configs, name, self.name, **overrides)
-
-    def variant(self, config):
-        """What distinguishes runs of one config in the run folder's name (a block, a model)."""
-        raise NotImplementedError
-
-    def build(self, run):
-        """The compiled model (its optimizer's state is built by the runner), called in
-        the strategy scope."""
-        raise NotImplementedError
-
-    def train_data(self, run, start_step, input_context):
-        """The training stream from ``start_step``: global batches, or with an
-        ``input_context`` this input pipeline's per-replica batches
-        (:func:`kctx.data.replica_slices`)."""
-        raise NotImplementedError
-
-    def evaluate(self, run, model):
-        """Final scores of the inference ``model``, a dict of JSON values."""
-        raise NotImplementedError
-
-    def eval_data(self, run, input_context):
-        """Held-out batches for ``fit``'s validation every ``schedule().eval_every`` steps."""
-        raise NotImplementedError(f"{self.name} has no held-out data during training")
-
-    def schedule(self, run):
-        """Steps, checkpoint interval and evaluation interval: by default the config's
-        ``steps``, ``checkpoint_every`` and ``eval_every`` (0 when it has none)."""
-        config = run.config
-        return Schedule(config.steps, config.checkpoint_every,
-                        getattr(config, "eval_every", 0) or 0)
-
-    def check_data(self, run):
-        """Raise when the data is missing, before anything is built."""
-
-    def callbacks(self, run, model):
-        """Extra Keras callbacks for ``fit``."""
-        return []
-
-    def checkpoint_objects(self, model):
-        """Name → object with ``variables``: all a resume needs."""
-        return {"model": model, "optimizer": model.optimizer}
-
-    def inference_model(self, run, model):
-        """The model saved and evaluated (e.g. a GAN's generator)."""
-        return model
-
-    def summary(self, results):
-        """The line printed at the end, or None."""
-        return None
-
-    def scores(self, results):
-        """The numbers that measure the run (logged to TensorBoard at the last step; what
-        studies compare): by default every float of the results."""
-        return {key: value for key, value in results.items() if isinstance(value, float)}
-
-    def config(self, config=None, **overrides):
-        """The config named ``config`` (default :attr:`default_config`), or the
-        dataclass ``config`` itself, with ``overrides`` replaced."""
-        if dataclasses.is_dataclass(config):
-            return replace_config({config.name: config}, config.name, self.name, **overrides)
-        return self.get_config(config or self.default_config, **overrides)
-
-    def run_name(self, config, seed):
-        return f"{self.name}-{config.name}-{self.variant(config)}-seed{seed}"
-
-    def train(self, config=None, variant=None, **options):
-        """Train (or resume) and evaluate a run of this workflow (:func:`run`).
-
-        ``config``: a config name (default :attr:`default_config`);
-        ``variant``: the :attr:`variant_field` (e.g. the context block);
-        ``options``: run options (``model_dir``, ``seed``, ``strategy``,
-        ``deterministic``, ``verbose``, ``stop_after_step``, ...) or config
-        fields (``steps``, ``batch_size``, ...). Returns the results (as in
-        ``results.json``) with the trained model under ``"model"``, the rows
-        of ``history.csv`` under ``"history"`` and the timing.
-        """
-        if variant is not None:
-            options[self.variant_field] = variant
-        return run(self, config, **options)
-
-    def rescore(self, model_dir, **options):
-        """:func:`evaluate_run` a run folder of this workflow."""
-        return evaluate_run(self, model_dir, **options)
-
-    def train_main(self, argv=None, description=None):
-        """The ``python -m <name>.train`` command line (:func:`kctx.training.train_main`)."""
-        from kctx.training.cli import train_main
-
-        return train_main(self, argv, description)
-
-    def evaluate_main(self, argv=None):
-        """The ``python -m <name>.evaluate`` command line."""
-        from kctx.training.cli import evaluate_main
-
-        return evaluate_main(self, argv)
+from kctx.training.config import config_from_dict, config_to_dict
+from kctx.training.records import HistoryLog, RunDirectoryError, StepCounter, git_commit, \
+    read_history, read_run, timing, versions, write_json
+from kctx.training.workflow import DataLocation, Run
 
 
 @contextlib.contextmanager
@@ -324,10 +87,6 @@ def multi_worker_keras(model, strategy, dataset):
         model._distribute_strategy, tf_trainer._collective_all_reduce_multi_worker = saved
 
 
-class RunDirectoryError(ValueError):
-    """A model directory that cannot hold this run (a file, read-only, another run's)."""
-
-
 # What deterministic mode needs of TensorFlow, set before it is imported: one thread for
 # ops and one between them, and no oneDNN kernels (measured here: with oneDNN, the
 # gradients of the PSF network change in the last bit from call to call on identical
@@ -369,84 +128,6 @@ def enable_determinism():
     tf.config.experimental.enable_op_determinism()
 
 
-def write_json(path, value):
-    """Write ``value`` as indented JSON to ``path`` atomically."""
-    write_text(path, json.dumps(value, indent=2, default=_json_default) + "\n")
-
-
-def write_text(path, text):
-    path = pathlib.Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        pathlib.Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _json_default(value):
-    if isinstance(value, pathlib.Path):
-        return str(value)
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def read_run(model_dir, workflow=None):
-    """The ``run.json`` of a run folder, as a dict.
-
-    Raises:
-        FileNotFoundError: the directory holds no run.
-        RunDirectoryError: the run is of another workflow than ``workflow``
-            (a name or a :class:`Workflow`).
-    """
-    name = getattr(workflow, "name", workflow)
-    run_file = pathlib.Path(model_dir) / "run.json"
-    if not run_file.exists():
-        raise FileNotFoundError(
-            f"{run_file} not found: `model_dir` must be a run folder written by "
-            f"{f'{name}.train' if name else 'a kctx workflow'}. "
-            f"Received: model_dir={str(model_dir)!r}")
-    record = json.loads(run_file.read_text())
-    if name and record.get("workflow") != name:
-        raise RunDirectoryError(
-            f"{model_dir} holds a {record.get('workflow', 'pre-runner')} run, not a {name} run: "
-            f"use `python -m {record.get('workflow', name)}.evaluate` or another --model-dir.")
-    return record
-
-
-def versions():
-    """Versions of Python and the packages a run depends on."""
-    import importlib.metadata
-
-    found = {"python": platform.python_version()}
-    for package in ("kctx", "tensorflow", "keras", "numpy", "keras-hub", "tensorflow-datasets",
-                    "jax"):
-        try:
-            found[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def git_commit():
-    """``{"commit", "dirty"}`` of the source tree kctx runs from, or None outside git."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], text=True,
-                                capture_output=True, timeout=10)
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                 "--untracked-files=no"], text=True, capture_output=True,
-                                timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if commit.returncode:
-        return None
-    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
 def _prepare_directory(directory):
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -480,83 +161,14 @@ def _check_same_run(workflow, directory, config, seed):
             "A rerun resumes the same run: use the same settings, or another --model-dir.")
 
 
-def _steps_per_epoch(schedule, start, stop):
-    """Keras epoch length: divides every boundary (total, checkpoints, evaluations, the
-    resume and stop steps), so checkpoints and evaluations land on epoch ends."""
+def _steps_per_epoch(schedule, start):
+    """Keras epoch length: divides the checkpoint and evaluation intervals and the step a
+    run resumes at, so checkpoints and evaluations land on epoch ends (a last interval
+    shorter than that, up to the end, is a fit of its own)."""
     length = 0
-    for value in (schedule.steps, schedule.checkpoint_every, schedule.eval_every, start, stop):
+    for value in (schedule.checkpoint_every, schedule.eval_every, start):
         length = math.gcd(length, int(value or 0))
     return max(1, length)
-
-
-class HistoryLog(keras.callbacks.Callback):
-    """``history.csv``: one row per Keras epoch (the checkpoint interval).
-
-    Columns: ``step``, the optimizer steps done at the row's end; ``seconds``,
-    the wall-clock time of the row's interval (its training steps, plus the
-    held-out evaluation when the row has one); then the training metrics
-    (``loss``, ...: means over the interval's steps) and the held-out ones
-    (``val_*``, at ``step``; empty when not evaluated then). Rows past
-    ``start_step`` (written by a killed run after its last checkpoint) are
-    dropped on resume, and the file is rewritten atomically at every row.
-    """
-
-    def __init__(self, path, steps_per_epoch, start_step=0, write=True):
-        super().__init__()
-        self.path, self.steps_per_epoch, self.write = pathlib.Path(path), steps_per_epoch, write
-        self.rows = [row for row in read_history(self.path) if row["step"] <= start_step]
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._began = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        row = {"step": (epoch + 1) * self.steps_per_epoch,
-               "seconds": round(time.perf_counter() - self._began, 4)}
-        row.update({key: float(value) for key, value in (logs or {}).items()})
-        self.rows.append(row)
-        if self.write:
-            write_history(self.path, self.rows)
-
-
-def read_history(path):
-    """The rows of a ``history.csv`` (floats; ``step`` an int); the last row of a step wins."""
-    path = pathlib.Path(path)
-    if not path.exists():
-        return []
-    rows = {}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            values = {key: float(value) for key, value in row.items() if value not in ("", None)}
-            values["step"] = int(values["step"])
-            rows[values["step"]] = values
-    return [rows[step] for step in sorted(rows)]
-
-
-def write_history(path, rows):
-    columns = ["step", "seconds"]
-    for row in rows:
-        columns += [key for key in row if key not in columns and not key.startswith("val_")]
-    for row in rows:
-        columns += [key for key in row if key not in columns]
-    text = io.StringIO()
-    writer = csv.DictWriter(text, columns, restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(path, text.getvalue())
-
-
-def timing(rows, first_step=0):
-    """``timing.json``'s content from history rows: total training seconds and the
-    median seconds per step (rows after the first of each call: no tracing)."""
-    intervals, previous, call_start = [], first_step, True
-    for row in rows:
-        steps = row["step"] - previous
-        if steps > 0 and not call_start and not any(k.startswith("val_") for k in row):
-            intervals.append(row["seconds"] / steps)
-        call_start = steps <= 0
-        previous = row["step"]
-    return {"train_seconds": round(sum(row["seconds"] for row in rows), 2),
-            "seconds_per_step": round(statistics.median(intervals), 5) if intervals else None}
 
 
 def _tensorboard(log_dir):
@@ -608,7 +220,7 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     Returns:
         The results (as in ``results.json``) plus ``model`` (the trained
         model), ``model_dir``, ``history`` (the rows of ``history.csv``) and
-        the timing (``train_seconds``, ``seconds_per_step``); after
+        the timing (``train_seconds``, ``eval_seconds``, ``seconds_per_step``); after
         ``stop_after_step``, ``stopped_at`` instead of scores.
     """
     if deterministic:
@@ -657,25 +269,34 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
         f"{config.batch_size} on {context.replicas} replica(s); run folder {directory}")
 
     end = min(schedule.steps, stop_after_step or schedule.steps)
-    length = _steps_per_epoch(schedule, start, end)
-    history = HistoryLog(directory / "history.csv", length, start, write=context.chief)
+    history = HistoryLog(directory / "history.csv", start, write=context.chief)
     if not finished and start < end:
-        train = context.dataset(
-            lambda input_context: workflow.train_data(context, start, input_context))
-        validation, frequency = None, 1
+        validation = None
         if schedule.eval_every:
             validation = context.dataset(
                 lambda input_context: workflow.eval_data(context, input_context))
-            frequency = schedule.eval_every // length
-        extra = list(workflow.callbacks(context, model))
         board = _tensorboard(directory / "logs") if context.chief else None
-        with multi_worker_keras(model, strategy, train):
-            model.fit(train, steps_per_epoch=length, epochs=end // length,
-                      initial_epoch=start // length, validation_data=validation,
-                      validation_freq=frequency, verbose=verbose, shuffle=False,
-                      callbacks=[history, *([board] if board else []), *extra, *callbacks,
-                                 _Checkpointing(checkpoint, length)])
-        start = history.rows[-1]["step"] if history.rows else start
+        every = [history, *([board] if board else []), *workflow.callbacks(context, model),
+                 *callbacks, _Checkpointing(checkpoint, start)]
+        length = _steps_per_epoch(schedule, start)
+        # Epochs of `length` steps up to the last multiple of it, then the rest as one.
+        parts = [(start, end - end % length, length, schedule.eval_every // length),
+                 (max(start, end - end % length), end, end % length, 1)]
+        for first, last, size, frequency in parts:
+            if last <= first or getattr(model, "stop_training", False):
+                continue
+            evaluate = validation is not None and (size == length or
+                                                   last % schedule.eval_every == 0)
+            train = context.dataset(  # a fit iterates its data from the start: from `first`
+                lambda input_context, first=first: workflow.train_data(context, first,
+                                                                       input_context))
+            with multi_worker_keras(model, strategy, train):
+                model.fit(train, steps_per_epoch=size, epochs=last // size,
+                          initial_epoch=first // size,
+                          validation_data=validation if evaluate else None,
+                          validation_freq=max(1, frequency), verbose=verbose, shuffle=False,
+                          callbacks=every)
+        start = history.step
         finished = bool(getattr(model, "stop_training", False)) and start < schedule.steps
     if not finished and start < schedule.steps:
         log(f"stopped at step {start} of {schedule.steps}; run the same command again to resume")
@@ -688,17 +309,16 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     return results
 
 
-class _Checkpointing(keras.callbacks.Callback):
+class _Checkpointing(StepCounter):
     """Saves at every epoch end, last among the callbacks, so it sees a stop (the run's
     end, e.g. a target accuracy reached) requested by the others."""
 
-    def __init__(self, checkpoint, steps_per_epoch):
-        super().__init__()
-        self.checkpoint, self.steps_per_epoch = checkpoint, steps_per_epoch
+    def __init__(self, checkpoint, start_step=0):
+        super().__init__(start_step)
+        self.checkpoint = checkpoint
 
     def on_epoch_end(self, epoch, logs=None):
-        self.checkpoint.save((epoch + 1) * self.steps_per_epoch,
-                             finished=bool(self.model.stop_training))
+        self.checkpoint.save(self.step, finished=bool(self.model.stop_training))
 
 
 def _finish(context, model, step):

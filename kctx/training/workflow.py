@@ -1,0 +1,254 @@
+"""What a workflow supplies to the runner (:class:`Workflow`), and what it is given (:class:`Run`).
+
+A workflow (``gan``, ``classification``, ``segmentation``, ``sequence``)
+subclasses :class:`Workflow` with what is its own: its configs (a frozen
+dataclass and named presets), how to build the compiled model, its
+step-indexed training stream, its held-out data and its evaluation.
+:func:`kctx.training.run` does the rest the same way for all of them.
+"""
+
+import dataclasses
+import pathlib
+from typing import Any, Callable
+
+from kctx.training.config import replace_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How long a run trains and how often it checkpoints and evaluates, in steps.
+
+    ``eval_every`` 0 evaluates only at the end.
+    """
+
+    steps: int
+    checkpoint_every: int
+    eval_every: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DataLocation:
+    """Where datasets are: a TFDS / local data directory, TFDS's manual directory,
+    and whether a missing TFDS dataset may be downloaded (see :func:`kctx.data.tfds_dataset`)."""
+
+    data_dir: str | None = None
+    manual_dir: str | None = None
+    download: bool = False
+
+
+@dataclasses.dataclass
+class Run:
+    """One run, as the workflow's functions see it.
+
+    Attributes:
+        workflow: the :class:`Workflow`.
+        config: the resolved config (a frozen dataclass).
+        seed: the run's seed; batch k of the training stream is a function of (seed, k).
+        directory: the run folder.
+        strategy: the ``tf.distribute`` strategy.
+        data: the :class:`DataLocation`.
+        deterministic: whether TensorFlow runs single-threaded with op determinism.
+        verbose: Keras progress-bar verbosity.
+        log: called with one line per message.
+    """
+
+    workflow: Any
+    config: Any
+    seed: int
+    directory: pathlib.Path
+    strategy: Any
+    data: DataLocation = DataLocation()
+    deterministic: bool = False
+    verbose: int = 1
+    log: Callable = print
+
+    @property
+    def replicas(self):
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def chief(self):
+        from kctx.distribute import is_chief
+
+        return is_chief(self.strategy)
+
+    @property
+    def worker(self):
+        """``(index, count)`` of this worker (``(0, 1)`` in a single process)."""
+        from kctx.distribute import worker_index
+
+        return worker_index(self.strategy)
+
+    def sum_over_workers(self, value):
+        """A NumPy array summed over the workers (the value itself in one process)."""
+        from kctx.distribute import sum_over_workers
+
+        return sum_over_workers(self.strategy, value)
+
+    def dataset(self, dataset_fn):
+        """``dataset_fn(input_context)`` for ``fit`` / ``evaluate``: under several
+        replicas, per-replica batches from each input pipeline (one per host) through
+        ``strategy.distribute_datasets_from_function``; on one device
+        ``dataset_fn(None)``, global batches (a distributed dataset there makes
+        single-threaded runs differ in the last bit from run to run)."""
+        if self.replicas > 1:
+            return self.strategy.distribute_datasets_from_function(dataset_fn)
+        return dataset_fn(None)
+
+    def keras_evaluate(self, model, dataset_fn):
+        """``model.evaluate`` (a dict of scores) on :meth:`dataset` of ``dataset_fn``:
+        with several hosts each input pipeline scores its shard."""
+        from kctx.training.runner import multi_worker_keras
+
+        dataset = self.dataset(dataset_fn)
+        with multi_worker_keras(model, self.strategy, dataset):
+            return model.evaluate(dataset, verbose=0, return_dict=True)
+
+
+class Workflow:
+    """What a workflow supplies to :func:`kctx.training.run`: subclass it and override what
+    is its own.
+
+    A subclass sets the class attributes and implements :meth:`variant`,
+    :meth:`build`, :meth:`train_data` and :meth:`evaluate`; the other methods
+    have defaults. The runner and the CLIs (:mod:`kctx.training.cli`) do the
+    rest the same way for every workflow.
+
+    Attributes:
+        name: the workflow's name (``"gan"``): its package, and the run folder's prefix.
+        configs: named configs (presets), instances of one frozen dataclass
+            whose fields are the command-line flags (its docstring's
+            ``Attributes:`` section is their help).
+        default_config: the name used when none is given.
+        model_file: the file the inference model is saved to.
+        evaluation_fields: config fields that only change the evaluation, so
+            ``evaluate`` may override them and a resumed run may differ in them.
+        variant_field: the config field :meth:`train` takes as its second
+            positional argument (``"context"``, ``"model"``).
+        description: the CLI's help text.
+
+    Example:
+
+    >>> class Tiny(Workflow):
+    ...     name, configs, default_config = "tiny", {"one": ...}, "one"
+    ...     def variant(self, config): ...
+    ...     def build(self, run): ...           # compiled model, built in the strategy scope
+    ...     def train_data(self, run, start_step, input_context): ...
+    ...     def evaluate(self, run, model): ...  # dict of scores
+    """
+
+    name = None
+    configs = {}
+    default_config = None
+    model_file = "model.keras"
+    evaluation_fields = ()
+    variant_field = None
+    description = ""
+
+    @property
+    def config_class(self):
+        """The dataclass of the configs."""
+        return type(self.configs[self.default_config])
+
+    def get_config(self, name, **overrides):
+        """The config ``name`` with ``overrides`` (:func:`kctx.training.replace_config`)."""
+        return replace_config(self.configs, name, self.name, **overrides)
+
+    def variant(self, config):
+        """What distinguishes runs of one config in the run folder's name (a block, a model)."""
+        raise NotImplementedError
+
+    def build(self, run):
+        """The compiled model (its optimizer's state is built by the runner), called in
+        the strategy scope."""
+        raise NotImplementedError
+
+    def train_data(self, run, start_step, input_context):
+        """The training stream from ``start_step``: global batches, or with an
+        ``input_context`` this input pipeline's per-replica batches
+        (:func:`kctx.data.replica_slices`)."""
+        raise NotImplementedError
+
+    def evaluate(self, run, model):
+        """Final scores of the inference ``model``, a dict of JSON values."""
+        raise NotImplementedError
+
+    def eval_data(self, run, input_context):
+        """Held-out batches for ``fit``'s validation every ``schedule().eval_every`` steps."""
+        raise NotImplementedError(f"{self.name} has no held-out data during training")
+
+    def schedule(self, run):
+        """Steps, checkpoint interval and evaluation interval: by default the config's
+        ``steps``, ``checkpoint_every`` and ``eval_every`` (0 when it has none)."""
+        config = run.config
+        return Schedule(config.steps, config.checkpoint_every,
+                        getattr(config, "eval_every", 0) or 0)
+
+    def check_data(self, run):
+        """Raise when the data is missing, before anything is built."""
+
+    def callbacks(self, run, model):
+        """Extra Keras callbacks for ``fit``."""
+        return []
+
+    def checkpoint_objects(self, model):
+        """Name → object with ``variables``: all a resume needs."""
+        return {"model": model, "optimizer": model.optimizer}
+
+    def inference_model(self, run, model):
+        """The model saved and evaluated (e.g. a GAN's generator)."""
+        return model
+
+    def summary(self, results):
+        """The line printed at the end, or None."""
+        return None
+
+    def scores(self, results):
+        """The numbers that measure the run (logged to TensorBoard at the last step; what
+        studies compare): by default every float of the results."""
+        return {key: value for key, value in results.items() if isinstance(value, float)}
+
+    def config(self, config=None, **overrides):
+        """The config named ``config`` (default :attr:`default_config`), or the
+        dataclass ``config`` itself, with ``overrides`` replaced."""
+        if dataclasses.is_dataclass(config):
+            return replace_config({config.name: config}, config.name, self.name, **overrides)
+        return self.get_config(config or self.default_config, **overrides)
+
+    def run_name(self, config, seed):
+        return f"{self.name}-{config.name}-{self.variant(config)}-seed{seed}"
+
+    def train(self, config=None, variant=None, **options):
+        """Train (or resume) and evaluate a run of this workflow (:func:`kctx.training.run`).
+
+        ``config``: a config name (default :attr:`default_config`);
+        ``variant``: the :attr:`variant_field` (e.g. the context block);
+        ``options``: run options (``model_dir``, ``seed``, ``strategy``,
+        ``deterministic``, ``verbose``, ``stop_after_step``, ...) or config
+        fields (``steps``, ``batch_size``, ...). Returns the results (as in
+        ``results.json``) with the trained model under ``"model"``, the rows
+        of ``history.csv`` under ``"history"`` and the timing.
+        """
+        from kctx.training.runner import run
+
+        if variant is not None:
+            options[self.variant_field] = variant
+        return run(self, config, **options)
+
+    def rescore(self, model_dir, **options):
+        """:func:`kctx.training.evaluate_run` a run folder of this workflow."""
+        from kctx.training.runner import evaluate_run
+
+        return evaluate_run(self, model_dir, **options)
+
+    def train_main(self, argv=None, description=None):
+        """The ``python -m <name>.train`` command line (:func:`kctx.training.train_main`)."""
+        from kctx.training.cli import train_main
+
+        return train_main(self, argv, description)
+
+    def evaluate_main(self, argv=None):
+        """The ``python -m <name>.evaluate`` command line."""
+        from kctx.training.cli import evaluate_main
+
+        return evaluate_main(self, argv)
