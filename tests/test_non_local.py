@@ -7,7 +7,8 @@ import pytest
 
 import numpy_reference as ref
 from kctx.layers import EfficientNonLocal2D, LatentGNN2D, NonLocal2D, PolyNL, context_block
-from kctx.ops import efficient_attention, latent_graph_propagation, poly_nl, poly_nl_direct
+from kctx.ops import (efficient_attention, latent_graph_propagation, magnitude, poly_nl,
+                      poly_nl_direct)
 from kctx.testing import run_layer_test
 
 SHAPE = (2, 5, 6, 8)
@@ -29,6 +30,25 @@ def _x(shape=SHAPE, scale=1.0):
 ], ids=["poly_nl", "poly_nl-beta1", "non_local", "non_local-pooled", "efficient", "latent_gnn"])
 def test_layer_standards(layer_cls, kwargs):
     run_layer_test(layer_cls, kwargs, SHAPE)
+
+
+def test_poly_nl_is_evaluated_scale_free_and_multiplied_by_its_scale():
+    x = _x((2, 3, 4, 6))
+    w1, w2, w3 = (_RNG.standard_normal((6, 6)).astype("float32") for _ in range(3))
+    y = keras.ops.convert_to_numpy(poly_nl(x, w1, w2, w3))
+    # Y is homogeneous of degree 3, and `scale` multiplies it.
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(poly_nl(10 * x, w1, w2, w3)),
+                               1000 * y, rtol=1e-5, atol=1e-5 * np.abs(1000 * y).max())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(poly_nl(x, w1, w2, w3, scale=-0.5)),
+                               -0.5 * y, rtol=1e-6, atol=1e-7)
+    # Where Y itself overflows float32 (|x|³ ~ 1e60), scale 0 gives 0, not 0·inf = NaN.
+    zero = keras.ops.convert_to_numpy(poly_nl(x * 1e20, w1, w2, w3, scale=0.0))
+    np.testing.assert_array_equal(zero, np.zeros_like(zero))
+    # m = max|x| per example, 1 for an all-zero example, empty for an empty batch.
+    examples = np.stack([np.zeros((3, 4)), np.full((3, 4), -5.0)]).astype("float32")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(magnitude(examples)),
+                                  [[[1.0]], [[5.0]]])
+    assert tuple(magnitude(np.zeros((0, 3, 4), "float32")).shape) == (0, 1, 1)
 
 
 def test_poly_nl_matches_eq7_elementwise():
