@@ -162,7 +162,7 @@ def test_models_for_the_digits_config(name):
     assert model.get_layer("stem_norm").momentum == 0.9
 
 
-_TINY = dict(config="digits", batch_size=478, width_multiplier=0.25)  # 3 steps per epoch
+_TINY = dict(config="digits", batch_size=478, width_multiplier=0.25, image_size=8)  # 3 steps/epoch
 
 
 def test_train_writes_model_history_and_results_that_reload(tmp_path):
@@ -178,12 +178,13 @@ def test_train_writes_model_history_and_results_that_reload(tmp_path):
     assert (tmp_path / "history.csv").read_text().splitlines()[0].startswith("step,seconds,")
     assert results["train_seconds"] > 0 and results["variant"] == "kanet_qkv"
     reloaded = keras.saving.load_model(tmp_path / "model.keras")
-    images = _batches(evaluation_batches(get_config("digits"), 8), 1)[0][0]
+    config = get_config("digits", image_size=_TINY["image_size"])
+    images = _batches(evaluation_batches(config, 8), 1)[0][0]
     np.testing.assert_allclose(reloaded.predict(images, verbose=0),
                                results["model"].predict(images, verbose=0), atol=1e-5)
     # The reported top-1 is the reloaded model's on the 359 held-out digits.
     compile_model(reloaded)
-    scores = reloaded.evaluate(evaluation_batches(get_config("digits")), verbose=0,
+    scores = reloaded.evaluate(evaluation_batches(config), verbose=0,
                                return_dict=True)
     assert scores["top1"] == pytest.approx(stored["top1"], abs=1e-6)
 

@@ -278,7 +278,7 @@ def test_two_workers_train_like_one_process_and_resume_after_kill(tmp_path):
     def launch(name):
         ports = free_ports(2)
         return [start(["-m", "classification.train", *flags, "--model-dir", str(tmp_path / name)],
-                      env=environment(TF_CONFIG=tf_config(ports, index)))
+                      env=environment(TF_CONFIG=tf_config(ports, index), **DETERMINISTIC))
                 for index in range(2)]
 
     straight, killed = launch("straight"), launch("resumed")
