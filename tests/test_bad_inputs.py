@@ -161,9 +161,9 @@ def test_mixed_precision_policies(name, policy):
     layer = image_layer(name, dtype=policy)
     x = np.abs(images(scale=64.0))  # activations after a ReLU, at a scale a network reaches
     # A mean loss, as a training loss is: the gradient of a scalar weight (a residual scale)
-    # sums the float16 outputs, and the sum of 512 outputs of ~100 can pass float16's 65504
-    # (it did for kao_qkv with some random weights); overflow at any scale is what Keras'
-    # LossScaleOptimizer handles by skipping the step.
+    # sums the float16 outputs, and the sum of these 2·8·8·8 = 1,024 outputs (tens each) can
+    # pass 65,504 (it did for kao_qkv with some random weights); overflow at any scale is what
+    # Keras' LossScaleOptimizer handles by skipping the step.
     y, gradients = forward_backward(layer, x, reduce=tf.reduce_mean)
     assert layer.compute_dtype == policy.split("_")[1]
     assert_finite(y, gradients)
