@@ -18,18 +18,33 @@ if "KCTX_CACHE_DIR" not in os.environ:
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
 
 
-def _rss_mb(pid="self"):
+def _status_mb(field, pid="self"):
     try:
         with open(f"/proc/{pid}/status") as status:
-            return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS"))
+            return next(int(line.split()[1]) // 1024 for line in status if line.startswith(field))
     except (OSError, StopIteration):
         return -1
 
 
+def _reset_peak():
+    # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS (Linux >= 4.0).
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if os.environ.get("KCTX_TEST_MEMORY"):
+        _reset_peak()
+
+
 def pytest_runtest_logfinish(nodeid, location):
-    """With KCTX_TEST_MEMORY=FILE, append each test's RSS after it (MB) to FILE: where a
-    long test session's memory goes."""
+    """With KCTX_TEST_MEMORY=FILE, append each test's peak RSS during it and RSS after it (MB),
+    and the xdist worker, to FILE: where a long test session's memory goes."""
     path = os.environ.get("KCTX_TEST_MEMORY")
     if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(path, "a") as log:
-            log.write(f"{_rss_mb()}\t{nodeid}\n")
+            log.write(f"{_status_mb('VmHWM')}\t{_status_mb('VmRSS')}\t{worker}\t{nodeid}\n")
