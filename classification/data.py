@@ -11,18 +11,21 @@ held-out split in file order, centre-cropped, every example once.
 import numpy as np
 import tensorflow as tf
 
-from kctx.data import decode_rgb, digits, sharded_examples, streaming_batches, \
-    tfds_image_examples
+from kctx.data import array_examples, decode_rgb, digits, sharded_examples, \
+    streaming_batches, tfds_image_examples
 
 
 def split_examples(config, split, data_dir=None, manual_dir=None, download=False):
-    """(examples of {"image", "label"}, count): digits as RGB floats, TFDS still encoded."""
+    """``(examples, count, lookup)``: ``lookup(example)`` is an example's
+    ``{"image", "label"}``: digits as RGB floats (the examples are indices,
+    :func:`kctx.data.array_examples`), TFDS still encoded (the examples themselves)."""
     if config.dataset == "digits":
         images, labels = digits(split, image_size=config.image_size)
         images = np.repeat(images, 3, axis=-1)  # grey → RGB, as the models expect
-        dataset = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
-        return dataset, len(labels)
-    return tfds_image_examples(config.dataset, split, data_dir, manual_dir, download)
+        examples, lookup = array_examples({"image": images, "label": labels})
+        return examples, len(labels), lookup
+    examples, count = tfds_image_examples(config.dataset, split, data_dir, manual_dir, download)
+    return examples, count, lambda example: example
 
 
 def _to_unit_range(image):
@@ -90,13 +93,15 @@ def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=Non
         :func:`kctx.data.replica_slices`); an epoch is ``num_examples //
         batch_size`` steps.
     """
-    examples, count = split_examples(config, config.train_split, data_dir, manual_dir, download)
+    examples, count, lookup = split_examples(config, config.train_split, data_dir, manual_dir,
+                                             download)
     steps_per_epoch = count // config.batch_size
     if steps_per_epoch < 1:
         raise ValueError(f"`batch_size` must not exceed the {count} training examples of "
                          f"{config.dataset}. Received: batch_size={config.batch_size}")
-    stream = streaming_batches(examples, train_preprocess(config, seed), count,
-                               config.batch_size, seed=seed, start_step=start_step,
+    preprocess = train_preprocess(config, seed)
+    stream = streaming_batches(examples, lambda index, example: preprocess(index, lookup(example)),
+                               count, config.batch_size, seed=seed, start_step=start_step,
                                shuffle_buffer=min(shuffle_buffer, count),
                                input_context=input_context)
     return stream, steps_per_epoch
@@ -113,9 +118,11 @@ def evaluation_batches(config, batch_size=None, data_dir=None, manual_dir=None,
     padding in its denominator. ``batch_size`` (default
     ``config.eval_batch_size`` or ``config.batch_size``) is the global batch.
     """
-    examples, count = split_examples(config, split or config.eval_split, data_dir, manual_dir,
-                                download)
+    examples, count, lookup = split_examples(config, split or config.eval_split, data_dir,
+                                             manual_dir, download)
+    preprocess = eval_preprocess(config)
     blank = (tf.fill((config.image_size, config.image_size, 3), -1.0), tf.constant(0))
     size = batch_size or config.eval_batch_size or config.batch_size
     return sharded_examples(examples, count, size, blank, input_context,
-                            preprocess=eval_preprocess(config)).prefetch(tf.data.AUTOTUNE)
+                            preprocess=lambda example: preprocess(lookup(example))).prefetch(
+                                tf.data.AUTOTUNE)

@@ -35,7 +35,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from kctx.data import DatasetNotFoundError, decode_rgb, digits, tfds_encoded_examples
+from kctx.data import DatasetNotFoundError, array_examples, decode_rgb, digits, \
+    tfds_encoded_examples
 
 IGNORE_LABEL = 255
 DIGITS_SEG_CLASSES = 11  # background + 10 digits
@@ -367,10 +368,13 @@ def _digits_seg(split, image_size=64, num_images=None, **_):
     import tensorflow as tf
 
     images, labels = digits_seg(split, num_images=num_images, image_size=image_size)
-    examples = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
-    return Split(examples, len(images),
-                 lambda example: (example["image"], tf.cast(example["label"], tf.int32)),
-                 fixed_size=True)
+    indices, lookup = array_examples({"image": images, "label": labels})
+
+    def decode(index):
+        example = lookup(index)
+        return example["image"], tf.cast(example["label"], tf.int32)
+
+    return Split(indices, len(images), decode, fixed_size=True)
 
 
 # name → (loader, number of classes, where its data comes from).

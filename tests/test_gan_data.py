@@ -172,6 +172,27 @@ def test_per_pipeline_streams_are_the_replica_slices_of_the_global_batches(pipel
         np.testing.assert_array_equal(joined, x)
 
 
+def test_array_examples_stream_as_the_rows_would():
+    """Indices shuffled and looked up after the shuffle (what keeps a streaming pipeline
+    from holding in-memory arrays once per epoch) give the stream of the rows themselves,
+    also across an epoch boundary and from a resumed step."""
+    from kctx.data import array_examples, streaming_batches
+
+    rows = {"image": np.random.default_rng(0).normal(size=(40, 3, 3, 2)).astype("float32"),
+            "label": np.arange(40) % 7}
+    indices, lookup = array_examples(rows)
+    assert [int(i) for i in indices] == list(range(40))
+    np.testing.assert_array_equal(lookup(tf.constant([3, 1]))["image"], rows["image"][[3, 1]])
+    for start_step in (0, 3):
+        looked_up = streaming_batches(indices, lambda i, index: lookup(index), 40, 8, seed=4,
+                                      start_step=start_step, shuffle_buffer=16)
+        direct = streaming_batches(tf.data.Dataset.from_tensor_slices(rows), lambda i, e: e, 40,
+                                   8, seed=4, start_step=start_step, shuffle_buffer=16)
+        for a, b in zip(_first_batches(looked_up, 7), _first_batches(direct, 7)):
+            for key in rows:
+                np.testing.assert_array_equal(a[key], b[key])
+
+
 def test_sharded_evaluation_gives_every_replica_equal_batches_and_every_example_once():
     from kctx.data import sharded_examples
 

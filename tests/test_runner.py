@@ -3,6 +3,7 @@ run-folder protection, re-scoring, and two worker processes training as one."""
 
 import dataclasses
 import json
+import os
 import signal
 import time
 
@@ -194,6 +195,15 @@ def test_run_folder_holds_one_run(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(RunDirectoryError, match="is a file"):
         train(model_dir=tmp_path / "file", **tiny, **quiet)
+    # Unwritable folders are refused before anything is built: below a file (any user), and
+    # read-only (a user other than root: root writes to a read-only folder).
+    with pytest.raises(RunDirectoryError, match=r"file/run cannot be written \(Not a directory"):
+        train(model_dir=tmp_path / "file" / "run", **tiny, **quiet)
+    if os.geteuid() != 0:
+        (tmp_path / "read-only").mkdir(mode=0o555)
+        with pytest.raises(RunDirectoryError, match=r"read-only cannot be written \(Permission"):
+            train(model_dir=tmp_path / "read-only", **tiny, **quiet)
+        assert not any((tmp_path / "read-only").iterdir())
     # A rerun with other evaluation settings re-scores the same run.
     again = train(model_dir=tmp_path / "run", **dict(tiny, eval_samples=150), **quiet)
     assert again["steps"] == 2 and again["metric"] == "fcd"
