@@ -14,6 +14,13 @@ def test_notebooks_exist():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_valid_nbformat(path):
+    """Jupyter, nbconvert and linters refuse what the schema refuses (e.g. a markdown cell
+    with outputs), even where nbclient still runs it."""
+    nbformat.validate(nbformat.read(path, as_version=4))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("KCTX_NOTEBOOK_FAST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
