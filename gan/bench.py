@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from gan.configs import get_config
 from gan.models import CONTEXTS, build_gan
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 
 
 def _batch(config, batch_size, seed=0):
@@ -94,15 +94,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m gan.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="imagenet128_hamgan_baby")
-    parser.add_argument("--contexts", nargs="*", default=list(CONTEXTS), choices=CONTEXTS)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per context")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (incl. tracing)")
+    parser.add_argument("--contexts", nargs="+", default=list(CONTEXTS), choices=CONTEXTS)
+    parser.add_argument("--batch-size", type=positive_int, default=4)
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed steps per context")
+    parser.add_argument("--warmup", type=positive_int, default=2,
+                        help="untimed steps (incl. tracing; at least 1)")
     parser.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
-    parser.add_argument("--json", help="write the rows to this JSON file")
+    parser.add_argument("--json", type=output_path, help="write the rows to this JSON file")
     args = parser.parse_args(argv)
     rows = run_gan_bench(args.config, args.contexts, args.batch_size, args.repeats,
-                         max(1, args.warmup), args.jit_compile)
+                         args.warmup, args.jit_compile)
     report(rows, format_table(rows), args.json)
     return 0
 

@@ -82,6 +82,41 @@ def test_profile_rejects_unknown_mode():
         profile_layer(Hamburger(), (1, 4, 4, 8), modes=("backward",))
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["table3", "--size", "0"], "--size: must be a positive integer. Received: '0'"),
+    (["table3", "--repeats", "0"], "--repeats: must be a positive integer"),
+    (["table3", "--methods", "foo"], "--methods: invalid choice: 'foo'"),
+    (["table3", "--json", "/nonexistent/rows.json"], "its folder /nonexistent does not exist"),
+    (["kao", "--sizes", "0"], "--sizes: must be a positive integer"),
+    (["kao", "--sizes"], "--sizes: expected at least one argument"),
+    (["nonlocal", "--methods", "foo"], "--methods: invalid choice"),
+    (["nonlocal", "--plot", "{tmp}"], "is a directory"),
+    (["psf", "--memory-limit-gb", "nan"], "must be a finite number > 0"),
+    (["psf", "--batch", "-2"], "--batch: must be a positive integer"),
+    (["sf-approx", "--steps", "1.5"], "--steps: must be a positive integer"),
+    (["kanet", "--size", "x"], "--size: must be a positive integer"),
+])
+def test_bench_arguments_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
+    from kctx.bench.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([arg.format(tmp=tmp_path) for arg in argv])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gan_bench_arguments_are_refused(tmp_path, capsys):
+    from gan.bench import main
+
+    for argv, message in [(["--warmup", "0"], "--warmup: must be a positive integer"),
+                          (["--json", str(tmp_path / "missing" / "rows.json")], "does not exist"),
+                          (["--contexts", "foo"], "invalid choice")]:
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2
+        assert message in capsys.readouterr().err
+
+
 def test_bench_table3_cli_writes_json(tmp_path):
     path = tmp_path / "table3.json"
     completed = subprocess.run(

@@ -7,7 +7,7 @@ convolutions, matrix products, einsums; one image).
 
 import keras
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 from kctx.models import KANET_FAMILY, kanet_family_model
 from kctx.profile import count_macs
 
@@ -54,6 +54,7 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--num-classes", type=int, default=1000)
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
+    parser.add_argument("--size", type=positive_int, default=224)
+    parser.add_argument("--num-classes", type=positive_int, default=1000)
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")

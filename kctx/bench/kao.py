@@ -7,7 +7,7 @@ MAdds counted from the traced graph, allocator peak memory during one call,
 median CPU inference time, and the speed-up over Attn measured in the same run.
 """
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 from kctx.layers import Attention2D, KroneckerAttention2D
 from kctx.profile import profile_layer
 
@@ -78,9 +78,10 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--sizes", type=int, nargs="*", default=[14, 28, 56])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--channels", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=20, help="timed inference calls")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[14, 28, 56])
+    parser.add_argument("--batch", type=positive_int, default=8)
+    parser.add_argument("--channels", type=positive_int, default=8)
+    parser.add_argument("--repeats", type=positive_int, default=20, help="timed inference calls")
     parser.add_argument("--jit-compile", action="store_true", help="compile with XLA")
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")

@@ -12,7 +12,7 @@ paper (W_θ, W_φ, W_g ∈ R^{C×C}), like Poly-NL's W₁, W₂, W₃; the layer
 defaults are Wang et al.'s and Shen et al.'s C/2.
 """
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 from kctx.profile import profile_layer
 
 FULL_WIDTH = "C"  # replaced by the input channels
@@ -130,13 +130,17 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--sizes", type=int, nargs="*", default=[16, 32, 64, 128],
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[16, 32, 64, 128],
                         help="spatial sides S of the positions sweep (N = S²)")
-    parser.add_argument("--channels", type=int, default=GOAL_CHANNELS,
+    parser.add_argument("--channels", type=positive_int, default=GOAL_CHANNELS,
                         help="channels of the positions sweep")
-    parser.add_argument("--channel-sweep", type=int, nargs="*", default=[64, 128, 256, 512])
-    parser.add_argument("--sweep-size", type=int, default=64, help="S of the channels sweep")
-    parser.add_argument("--repeats", type=int, default=10, help="timed inference calls")
-    parser.add_argument("--methods", nargs="*", help=f"subset of {[m[0] for m in METHODS]}")
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
-    parser.add_argument("--plot", help="write the Fig. 2-style PNG to this path")
+    parser.add_argument("--channel-sweep", type=positive_int, nargs="+",
+                        default=[64, 128, 256, 512])
+    parser.add_argument("--sweep-size", type=positive_int, default=64,
+                        help="S of the channels sweep")
+    parser.add_argument("--repeats", type=positive_int, default=10, help="timed inference calls")
+    parser.add_argument("--methods", nargs="+", choices=[m[0] for m in METHODS],
+                        help="a subset of the methods")
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")
+    parser.add_argument("--plot", type=output_path, help="write the Fig. 2-style PNG to this path")

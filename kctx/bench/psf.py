@@ -9,7 +9,7 @@ memory first: a length whose estimated score memory exceeds ``--memory-limit-gb`
 is reported as skipped instead of being run.
 """
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_float, positive_int, report
 from kctx.profile import profile_layer
 
 
@@ -69,10 +69,12 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--lengths", type=int, nargs="*", default=[2 ** k for k in range(8, 15)])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--embed-dim", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="timed training steps")
-    parser.add_argument("--memory-limit-gb", type=float, default=16.0,
+    parser.add_argument("--lengths", type=positive_int, nargs="+",
+                        default=[2 ** k for k in range(8, 15)])
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--embed-dim", type=positive_int, default=32)
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed training steps")
+    parser.add_argument("--memory-limit-gb", type=positive_float, default=16.0,
                         help="skip Transformer lengths whose attention scores need more")
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")

@@ -8,7 +8,7 @@ each, SF (:func:`kctx.sf.fit`) and TSVD at :func:`kctx.sf.matched_rank` (no
 fewer non-zeros than SF) are compared by the F-norm error ‖X − X̂‖_F.
 """
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 
 IMAGES = ("checkerboard", "camera", "astronaut", "coins", "moon", "text", "brick", "grass",
           "gravel", "horse")
@@ -107,8 +107,10 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--size", type=int, default=256, help="side of the image matrices")
-    parser.add_argument("--steps", type=int, default=1000, help="L-BFGS iterations per matrix")
-    parser.add_argument("--kinds", nargs="*", default=["image", "gradient", "network",
-                                                        "covariance"])
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
+    parser.add_argument("--size", type=positive_int, default=256, help="side of the image matrices")
+    parser.add_argument("--steps", type=positive_int, default=1000,
+                        help="L-BFGS iterations per matrix")
+    kinds = ["image", "gradient", "network", "covariance"]
+    parser.add_argument("--kinds", nargs="+", default=kinds, choices=kinds)
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")

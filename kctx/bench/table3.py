@@ -6,7 +6,7 @@ allocator peak memory), then compared with self-attention measured in the
 same run and with the roofline 2·MACs / (measured fp32 matmul peak).
 """
 
-from kctx.bench import report
+from kctx.bench import output_path, positive_int, report
 from kctx.profile import matmul_peak_gflops, profile_layer
 
 # Paper, Table 3, input 1×512×128×128 (GPU: NVIDIA TITAN Xp). Params are in
@@ -133,11 +133,16 @@ def main(args):
 
 
 def add_arguments(parser):
-    parser.add_argument("--size", type=int, default=128, help="height = width (paper: 128)")
-    parser.add_argument("--channels", type=int, default=512, help="C = d (paper: 512)")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=10, help="timed inference calls")
-    parser.add_argument("--train-repeats", type=int, default=5, help="timed training steps")
-    parser.add_argument("--methods", nargs="*", help="subset, by label or block name")
+    parser.add_argument("--size", type=positive_int, default=128,
+                        help="height = width (paper: 128)")
+    parser.add_argument("--channels", type=positive_int, default=512, help="C = d (paper: 512)")
+    parser.add_argument("--batch", type=positive_int, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=10, help="timed inference calls")
+    parser.add_argument("--train-repeats", type=positive_int, default=5,
+                        help="timed training steps")
+    names = [name for label, block, _ in table3_methods(1) for name in (label, block)]
+    parser.add_argument("--methods", nargs="+", choices=names,
+                        help="a subset, by label or block name")
     parser.add_argument("--jit-compile", action="store_true", help="compile with XLA")
-    parser.add_argument("--json", help="write the rows as a JSON list to this path")
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")
