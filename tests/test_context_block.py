@@ -45,6 +45,20 @@ def test_every_block_fits_in_a_functional_model():
         assert np.isfinite(loss), name
 
 
+@pytest.mark.parametrize("name", context_block_names())
+def test_every_block_predicts_deterministically_with_default_arguments(name, tmp_path):
+    """predict twice and after a .keras reload: equal outputs, also for the hams built
+    without a seed (their inference dictionary is a saved weight)."""
+    inputs = keras.Input(SHAPE[1:])
+    model = keras.Model(inputs, context_block(name)(keras.layers.Conv2D(16, 1)(inputs)))
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    expected = model.predict(x, verbose=0)
+    np.testing.assert_array_equal(model.predict(x, verbose=0), expected)
+    model.save(tmp_path / "model.keras")
+    reloaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(reloaded.predict(x, verbose=0), expected, rtol=1e-6, atol=1e-6)
+
+
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError, match=r"name='ham_svd'.*ham_cd.*ham_nmf.*self_attention"):
         context_block("ham_svd")

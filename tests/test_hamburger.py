@@ -38,8 +38,8 @@ def test_layer_standards_variants(kwargs):
 
 
 def test_layer_standards_unseeded_random_init():
-    # A new dictionary every call: outputs are not reproducible, the rest is.
-    run_layer_test(Hamburger, dict(rank=4), SHAPE, deterministic=False)
+    # Inference uses the dictionary drawn at build (a weight): save/load and XLA reproduce it.
+    run_layer_test(Hamburger, dict(rank=4), SHAPE)
 
 
 def _numpy_hamburger(layer, z, bases, steps, training):
@@ -129,9 +129,24 @@ def test_eval_steps_is_used_at_inference_only():
 
 def test_random_init_draws_and_seeded_inference():
     z = np.random.default_rng(0).uniform(size=SHAPE).astype("float32")
-    unseeded = Hamburger(rank=3)
-    a, b = unseeded(z, training=False), unseeded(z, training=False)
-    assert not np.allclose(a, b), "unseeded random init must draw a new dictionary per call"
+    for method in ("nmf", "vq", "cd"):
+        unseeded = Hamburger(rank=3, method=method)
+        a, b = unseeded(z, training=False), unseeded(z, training=False)
+        np.testing.assert_array_equal(a, b)  # the inference dictionary drawn at build
+        bases = unseeded.inference_bases.numpy()
+        assert bases.shape == (1, 16, 3) and not unseeded.inference_bases.trainable
+        np.testing.assert_allclose(np.linalg.norm(bases, axis=1), 1.0, rtol=1e-5)
+        assert (bases >= 0).all() or method != "nmf"
+        t1, t2 = unseeded(z, training=True), unseeded(z, training=True)
+        assert not np.allclose(t1, t2), "training must draw a new dictionary per call"
+    keras.utils.set_random_seed(3)
+    first = Hamburger(rank=3)
+    first.build(SHAPE)
+    keras.utils.set_random_seed(3)
+    again = Hamburger(rank=3)
+    again.build(SHAPE)
+    np.testing.assert_array_equal(first.inference_bases.numpy(), again.inference_bases.numpy())
+    assert Hamburger(rank=3, seed=7).__dict__.get("inference_bases") is None  # seed: its draw
     seeded = Hamburger(rank=3, seed=7)
     np.testing.assert_array_equal(seeded(z, training=False), seeded(z, training=False))
     t1, t2 = seeded(z, training=True), seeded(z, training=True)
@@ -140,6 +155,29 @@ def test_random_init_draws_and_seeded_inference():
     # output does not depend on the rest of the batch.
     np.testing.assert_allclose(seeded(z[:1], training=False), seeded(z, training=False)[:1],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_unseeded_ham_predicts_alike_after_reload_and_loads_kctx_0_1_weights(tmp_path):
+    z = np.random.default_rng(1).uniform(size=SHAPE).astype("float32")
+    inputs = keras.Input(SHAPE[1:])
+    model = keras.Model(inputs, Hamburger(rank=3, name="ham")(inputs))
+    expected = model.predict(z, verbose=0)
+    np.testing.assert_array_equal(model.predict(z, verbose=0), expected)
+    model.save(tmp_path / "model.keras")
+    reloaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(reloaded.predict(z, verbose=0), expected)
+    # kctx 0.1 saved the three bread weights only: they load, with a new dictionary and a
+    # warning that says so.
+    ham = model.get_layer("ham")
+    legacy = Hamburger(rank=3)
+    legacy.build(SHAPE)
+    store = {str(i): v.numpy() for i, v in enumerate(ham.trainable_weights[:3])}
+    with pytest.warns(UserWarning, match="saved without `inference_bases`"):
+        legacy.load_own_variables(store)
+    for a, b in zip(legacy.trainable_weights[:3], ham.trainable_weights[:3]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError):  # any other mismatch is still an error
+        legacy.load_own_variables({"0": store["0"]})
 
 
 def test_online_update_moves_bases_toward_batch_solution():

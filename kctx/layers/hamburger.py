@@ -1,5 +1,7 @@
 """Hamburger: lower bread → matrix-decomposition ham → upper bread (Geng et al. 2021)."""
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -63,7 +65,7 @@ class Hamburger(keras.layers.Layer):
         latent_dim: d, channels of the ham; defaults to the input channels.
         groups: S, number of independent decompositions over d/S channels.
         init: dictionary initialisation (Appendix F, Table 8): ``"random"``
-            (new draw every call: Uniform(0, 1) for NMF, Gaussian for VQ/CD,
+            (a new draw every training call: Uniform(0, 1) for NMF, Gaussian for VQ/CD,
             columns L2-normalised), ``"online"`` (non-trainable bases moved in
             training toward the batch-mean solution by ``online_rate`` and
             re-normalised, then used as the initialisation), ``"fixed"``
@@ -80,9 +82,15 @@ class Hamburger(keras.layers.Layer):
         online_rate: η of the ``"online"`` update,
             D ← normalize(D + η·(mean_batch(D*) − D)) (official ``ETA``: 0.9).
         seed: int seed. With ``init="random"``, training draws a new
-            dictionary every call from a seeded stream, and inference uses one
-            fixed draw, so predictions are reproducible; without a seed,
-            inference also draws a new dictionary every call.
+            dictionary every call (from a seeded stream), and inference uses
+            one fixed dictionary, so predictions are reproducible: with a seed
+            the draw of that seed (a function of the seed alone, on every
+            backend); without one a draw made at build time and kept as the
+            non-trainable weight ``inference_bases`` (saved and restored with
+            the model; reproducible under ``keras.utils.set_random_seed``).
+            Models saved by kctx 0.1 had no such weight; they load with a new
+            draw and a warning (their unseeded hams drew a new dictionary at
+            every inference call).
         synchronized_batch_norm: all-reduce the batch statistics across
             replicas (cross-replica BN, as HamGAN on TPU).
         residual_scale_init: ``None`` for the paper's Y = Z + BN(H(Z))
@@ -248,7 +256,30 @@ class Hamburger(keras.layers.Layer):
                 shape=(),
                 initializer=keras.initializers.Constant(float(self.residual_scale_init)),
             )
+        self.inference_bases = None
+        if self.init == "random" and self.seed is None:
+            # Drawn once here: inference without a seed is still deterministic, and the
+            # graph holds no random op (ONNX Runtime and LiteRT cannot run them).
+            self.inference_bases = self.add_weight(
+                name="inference_bases",
+                shape=(self.groups, self._group_dim, self.rank),
+                initializer=self._bases_initializer,
+                trainable=False,
+                autocast=False,
+            )
         self.norm.build(tuple(input_shape[:-1]) + (channels,))
+
+    def load_own_variables(self, store):
+        if self.inference_bases is not None and len(store.keys()) == len(
+                self._trainable_variables):  # saved by kctx 0.1: no inference dictionary
+            for index, variable in enumerate(self._trainable_variables):
+                variable.assign(store[str(index)])
+            warnings.warn(
+                f"Hamburger layer '{self.name}' was saved without `inference_bases` (kctx 0.1, "
+                "where an unseeded ham drew a new dictionary at every inference call); it keeps "
+                "the dictionary drawn at build. Save the model again to keep it.", stacklevel=2)
+            return
+        super().load_own_variables(store)
 
     def _bases_initializer(self, shape, dtype=None):
         return initial_bases(self.method, shape, seed=self.seed, dtype=dtype or "float32")
@@ -256,11 +287,14 @@ class Hamburger(keras.layers.Layer):
     def _initial_bases(self, batch_size, training):
         group_shape = (self.groups, self._group_dim, self.rank)
         if self.init == "random":
-            if training or self.seed is None:
+            if training:
                 shape = (batch_size * self.groups, self._group_dim, self.rank)
                 return initial_bases(self.method, shape, seed=self.seed_generator)
-            # One fixed draw for every sample: reproducible inference.
-            bases = initial_bases(self.method, group_shape, seed=self.seed)
+            # One fixed dictionary for every sample: reproducible inference.
+            if self.inference_bases is not None:
+                bases = ops.convert_to_tensor(self.inference_bases)
+            else:
+                bases = initial_bases(self.method, group_shape, seed=self.seed)
         else:
             bases = ops.convert_to_tensor(self.bases)
         bases = ops.broadcast_to(bases[None], (batch_size,) + group_shape)
