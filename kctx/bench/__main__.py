@@ -29,6 +29,10 @@ BENCHMARKS = {
         "kctx.bench.kanet",
         "Kronecker Attention Networks, Tables 2-4: params and MAdds of KANets and baselines",
     ),
+    "retention": (
+        "kctx.bench.retention",
+        "Memory a process keeps per model built and fitted (sweeps of many models)",
+    ),
 }
 
 
