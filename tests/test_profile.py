@@ -48,7 +48,8 @@ def test_paper_scale_counts():
     assert count_macs(lambda x: sa(x), shape) == 4 * n * c * c + 2 * n * n * c  # 292.06 G
     ham = Hamburger(rank=r, steps=k)
     ham.build(shape)
-    assert count_params(ham) == (c * d + d + d * c + 2 * c, 2 * c)
+    # Non-trainable: the batch norm's moving statistics and the d×r inference dictionary.
+    assert count_params(ham) == (c * d + d + d * c + 2 * c, 2 * c + d * r)
     # Lower bread; K+1 x·D and K xᵀ·C products with their r×r Grams; the
     # upper bread on the factors (Dᵀ·W_u then C·(Dᵀ·W_u)).
     grams = (k + 1) * (d * r * r + n * r * r) + k * (n * r * r + d * r * r)

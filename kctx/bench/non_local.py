@@ -134,8 +134,8 @@ def add_arguments(parser):
                         help="spatial sides S of the positions sweep (N = S²)")
     parser.add_argument("--channels", type=positive_int, default=GOAL_CHANNELS,
                         help="channels of the positions sweep")
-    parser.add_argument("--channel-sweep", type=positive_int, nargs="+",
-                        default=[64, 128, 256, 512])
+    parser.add_argument("--channel-sweep", type=positive_int, nargs="*",
+                        default=[64, 128, 256, 512], help="C of the channels sweep (none: skip it)")
     parser.add_argument("--sweep-size", type=positive_int, default=64,
                         help="S of the channels sweep")
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed inference calls")
