@@ -14,14 +14,10 @@ import concurrent.futures
 import multiprocessing
 
 from kctx.bench import output_path, positive_int, report
+from kctx.profile.layer_profile import _status_mb
 
 SHAPE = (8, 16, 16, 32)
 FIRST = 10  # models before the first reading (imports, first traces)
-
-
-def _resident_mb():
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS"))
 
 
 def measure(block, models, clear_session):
@@ -48,7 +44,7 @@ def measure(block, models, clear_session):
             keras.backend.clear_session()
         gc.collect()
         if index + 1 in (FIRST, models):
-            readings[index + 1] = _resident_mb()
+            readings[index + 1] = _status_mb("VmRSS")
     kept = (readings[models] - readings[FIRST]) / (models - FIRST)
     return {"block": block, "clear_session": clear_session, "models": models,
             "rss_mb_after_10": round(readings[FIRST], 1),
