@@ -120,14 +120,15 @@ def test_gan_bench_arguments_are_refused(tmp_path, capsys):
 
 def test_retention_bench_reads_memory_in_a_fresh_process():
     from kctx.bench.retention import format_table, run_retention
+    from kctx.profile import memory_kept_per_model
 
     with pytest.raises(ValueError, match="`models` must be more than 10"):
-        run_retention(models=10)
+        memory_kept_per_model("conv", models=10)
     rows = run_retention(blocks=("conv",), models=11, clear_session=(True,), log=lambda *_: None)
     assert len(rows) == 1 and rows[0]["block"] == "conv" and rows[0]["clear_session"]
-    assert 100 < rows[0]["rss_mb_after_10"] < 20_000
+    assert 100 < rows[0]["rss_mb_after_first"] < 20_000
     assert rows[0]["kept_mb_per_model"] == pytest.approx(
-        rows[0]["rss_mb_after_last"] - rows[0]["rss_mb_after_10"], abs=0.1)  # both rounded
+        rows[0]["rss_mb_after_last"] - rows[0]["rss_mb_after_first"], abs=0.1)  # both rounded
     assert "MB/model" in format_table(rows)
 
 

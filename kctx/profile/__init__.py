@@ -8,6 +8,7 @@ from kctx.profile.layer_profile import (
     matmul_peak_gflops,
     measure_latency,
     measure_peak_memory,
+    memory_kept_per_model,
     profile_layer,
 )
 from kctx.profile.macs import count_graph_macs, count_macs
@@ -19,5 +20,6 @@ __all__ = [
     "matmul_peak_gflops",
     "measure_latency",
     "measure_peak_memory",
+    "memory_kept_per_model",
     "profile_layer",
 ]

@@ -240,6 +240,44 @@ def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=5, isolate=True):
     return {"peak_gflops": best, "per_size_gflops": per_size}
 
 
+def memory_kept_per_model(block, models=60, shape=(8, 16, 16, 32), clear_session=False,
+                          first=10, isolate=True):
+    """Resident memory a process keeps per model it builds and fits (MB).
+
+    Builds ``models`` functional models one after another (a 1×1 convolution, then
+    ``context_block(block)``; ``block="conv"`` for none), compiles each with Adam, fits
+    it one step on ``shape`` and deletes it (then ``keras.backend.clear_session()`` if
+    asked). Returns the RSS after model ``first`` and after the last, and their
+    difference per model. ``isolate`` runs it in a fresh process.
+    """
+    if models <= first:
+        raise ValueError(f"`models` must be more than {first}. Received: models={models}")
+    if isolate:
+        return run_worker("retention", {"block": block, "models": models, "shape": list(shape),
+                                        "clear_session": clear_session, "first": first})
+    import gc
+
+    x = np.random.default_rng(0).uniform(size=shape).astype("float32")
+    readings = {}
+    for index in range(models):
+        inputs = keras.Input(tuple(shape[1:]))
+        hidden = keras.layers.Conv2D(shape[-1], 1)(inputs)
+        if block != "conv":
+            hidden = layer_from_spec({"block": block})(hidden)
+        model = keras.Model(inputs, hidden)
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(x, x, epochs=1, batch_size=shape[0], verbose=0)
+        del model
+        if clear_session:
+            keras.backend.clear_session()
+        gc.collect()
+        if index + 1 in (first, models):
+            readings[index + 1] = _status_mb("VmRSS")
+    return {"rss_mb_after_first": round(readings[first], 1),
+            "rss_mb_after_last": round(readings[models], 1),
+            "kept_mb_per_model": round((readings[models] - readings[first]) / (models - first), 2)}
+
+
 def run_worker(task, request, timeout=None):
     """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process."""
     env = dict(os.environ)

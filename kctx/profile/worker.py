@@ -34,6 +34,8 @@ def main(argv=None):
         result = layer_profile.matmul_peak_gflops(
             tuple(request["sizes"]), request["repeats"], isolate=False
         )
+    elif task == "retention":
+        result = layer_profile.memory_kept_per_model(**request, isolate=False)
     else:
         raise SystemExit(f"unknown task {task!r}")
     sys.stdout.write(layer_profile._RESULT_MARKER + json.dumps(result) + "\n")
