@@ -18,14 +18,6 @@ if "KCTX_CACHE_DIR" not in os.environ:
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
 
 
-def _status_mb(field, pid="self"):
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return next(int(line.split()[1]) // 1024 for line in status if line.startswith(field))
-    except (OSError, StopIteration):
-        return -1
-
-
 def _reset_peak():
     # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS (Linux >= 4.0).
     try:
@@ -45,6 +37,9 @@ def pytest_runtest_logfinish(nodeid, location):
     and the xdist worker, to FILE: where a long test session's memory goes."""
     path = os.environ.get("KCTX_TEST_MEMORY")
     if path:
+        from kctx.profile.layer_profile import _status_mb
+
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(path, "a") as log:
-            log.write(f"{_status_mb('VmHWM')}\t{_status_mb('VmRSS')}\t{worker}\t{nodeid}\n")
+            log.write(f"{_status_mb('VmHWM'):.0f}\t{_status_mb('VmRSS'):.0f}\t{worker}\t"
+                      f"{nodeid}\n")
