@@ -123,6 +123,6 @@ def evaluation_batches(config, batch_size=None, data_dir=None, manual_dir=None,
     preprocess = eval_preprocess(config)
     blank = (tf.fill((config.image_size, config.image_size, 3), -1.0), tf.constant(0))
     size = batch_size or config.eval_batch_size or config.batch_size
-    return sharded_examples(examples, count, size, blank, input_context,
-                            preprocess=lambda example: preprocess(lookup(example))).prefetch(
-                                tf.data.AUTOTUNE)
+    batches = sharded_examples(examples, count, size, blank, input_context,
+                               preprocess=lambda example: preprocess(lookup(example)))
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -105,7 +105,7 @@ def steps_per_epoch(run):
     """Training steps of one pass over the training split at the config's batch size."""
     location = run.data
     _, count, _ = split_examples(run.config, run.config.train_split, location.data_dir,
-                              location.manual_dir, location.download)
+                                 location.manual_dir, location.download)
     if count < run.config.batch_size:
         raise ValueError(f"`batch_size` must not exceed the {count} training examples of "
                          f"{run.config.dataset}. Received: batch_size={run.config.batch_size}")
