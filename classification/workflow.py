@@ -120,6 +120,7 @@ class ClassificationWorkflow(Workflow):
     variant_field = "model"
     default_config = "digits"
     evaluation_fields = ("eval_batch_size",)
+    export_evaluation = {}  # top-1 / top-5 of the artifact on the held-out split
 
     def get_config(self, name, **overrides):
         return get_config(name, **overrides)

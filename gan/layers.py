@@ -24,6 +24,26 @@ class SpectralNormalization(keras.layers.SpectralNormalization):
         return super().call(inputs, training=training)
 
 
+@keras.saving.register_keras_serializable(package="gan")
+class UpSampling2D(keras.layers.UpSampling2D):
+    """``keras.layers.UpSampling2D`` (nearest) as one nearest-neighbour resize.
+
+    Keras repeats rows and columns (``ops.repeat``), which loses the static height
+    and width when the batch size is unknown, so LiteRT's converter falls back to
+    select-TF ``Conv2D`` ops that the LiteRT interpreter cannot run ("XNNPack
+    delegate failed to reshape"). An integer-factor nearest resize gives the same
+    values and keeps the shapes. Other settings run Keras's layer.
+    """
+
+    def call(self, inputs):
+        height, width = (inputs.shape[1:3] if self.data_format == "channels_last"
+                         else (None, None))
+        if self.interpolation != "nearest" or height is None or width is None:
+            return super().call(inputs)
+        return ops.image.resize(inputs, (height * self.size[0], width * self.size[1]),
+                                interpolation="nearest")
+
+
 def spectral_norm(layer):
     """Wrap a Conv / Dense / Embedding in spectral normalisation."""
     return SpectralNormalization(layer, name=f"sn_{layer.name}")
@@ -116,12 +136,12 @@ def generator_block(x, labels, channels, num_classes, name):
     """Residual up-block: CBN → ReLU → ×2 → conv3 → CBN → ReLU → conv3, + (×2 → conv1)."""
     h = ConditionalBatchNormalization(num_classes, name=f"{name}_cbn1")(x, labels)
     h = keras.layers.ReLU()(h)
-    h = keras.layers.UpSampling2D(2, name=f"{name}_up")(h)
+    h = UpSampling2D(2, name=f"{name}_up")(h)
     h = conv(channels, 3, f"{name}_conv1")(h)
     h = ConditionalBatchNormalization(num_classes, name=f"{name}_cbn2")(h, labels)
     h = keras.layers.ReLU()(h)
     h = conv(channels, 3, f"{name}_conv2")(h)
-    shortcut = keras.layers.UpSampling2D(2, name=f"{name}_up_shortcut")(x)
+    shortcut = UpSampling2D(2, name=f"{name}_up_shortcut")(x)
     shortcut = conv(channels, 1, f"{name}_shortcut")(shortcut)
     return keras.layers.Add(name=f"{name}_add")([h, shortcut])
 

@@ -8,6 +8,7 @@ the Fréchet distance of the sampling generator (saved as
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from gan.configs import CONFIGS, get_config
@@ -185,6 +186,12 @@ class GANWorkflow(Workflow):
 
     def inference_model(self, run, gan):
         return sampling_generator(gan, run.config)
+
+    def example_inputs(self, run, count):
+        """Latents z ~ N(0, I) (seeded by the run) and classes 0, 1, 2, ... in turn."""
+        config = run.config
+        z = np.random.default_rng(run.seed).standard_normal((count, config.latent_dim))
+        return [z.astype("float32"), (np.arange(count) % config.num_classes).astype("int32")]
 
     def evaluate(self, run, generator):
         config = run.config

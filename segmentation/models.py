@@ -56,8 +56,16 @@ class ResizeToMatch(keras.layers.Layer):
 
     def call(self, inputs):
         x, reference = inputs
+        x = ops.cast(x, self.compute_dtype)
         size = ops.shape(reference)[1:3]
-        return ops.image.resize(ops.cast(x, self.compute_dtype), size, interpolation="bilinear")
+        if keras.backend.backend() == "tensorflow" and not all(isinstance(s, int) for s in size):
+            # keras.ops.image.resize checks `size[0] <= 0` in Python, which a size known
+            # only at run time fails when traced without AutoGraph (``model.export``):
+            # call the TensorFlow op that Keras calls.
+            import tensorflow as tf
+
+            return ops.cast(tf.image.resize(x, tf.stack(size), method="bilinear"), x.dtype)
+        return ops.image.resize(x, size, interpolation="bilinear")
 
     def compute_output_shape(self, input_shapes):
         x, reference = input_shapes

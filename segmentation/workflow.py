@@ -146,6 +146,7 @@ class SegmentationWorkflow(Workflow):
     default_config = "digits_seg"
     evaluation_fields = ("eval_size", "eval_multi_scale", "eval_flip", "eval_images",
                          "prediction_images")
+    export_evaluation = {"prediction_images": 0}  # mIoU of the artifact, no PNGs
 
     def variant(self, config):
         return config.context

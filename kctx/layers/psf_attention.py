@@ -5,13 +5,14 @@ from keras import ops
 
 from kctx.validation import check_choice, check_positive_int, check_sequence_input
 from kctx.layers.context_block import register_context_block
+from kctx.ops.gelu import gelu
 from kctx.ops.chord import chord_dense, chord_matmul, chord_num_factors, chord_width
 
 
 def _mlp(hidden_units, output_units, name, layer):
-    """Dense → GELU → Dense, with the owning layer's initializer and dtype policy."""
+    """Dense → GELU (:func:`kctx.ops.gelu`) → Dense, with the owning layer's initializer and dtype policy."""
     return [
-        keras.layers.Dense(hidden_units, activation="gelu",
+        keras.layers.Dense(hidden_units, activation=gelu,
                            kernel_initializer=layer.kernel_initializer,
                            kernel_regularizer=layer.kernel_regularizer,
                            dtype=layer.dtype_policy, name=f"{name}_hidden"),

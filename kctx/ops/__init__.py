@@ -11,6 +11,7 @@ from kctx.ops.chord import (
     chord_width,
 )
 from kctx.ops.efficient_attention import efficient_attention
+from kctx.ops.gelu import gelu
 from kctx.ops.kronecker_attention import (
     KRONECKER_MODES,
     kronecker_attention,
@@ -40,6 +41,7 @@ __all__ = [
     "cross_replica_mean",
     "decompose",
     "efficient_attention",
+    "gelu",
     "initial_bases",
     "kronecker_attention",
     "kronecker_summary",

@@ -75,7 +75,9 @@ def chord_matmul(values, v):
     values = ops.cast(values, v.dtype)
     out = None
     for index, offset in enumerate(offsets):
-        shifted = v if offset == 0 else ops.roll(v, -offset, axis=1)  # row i ← v_{i+offset}
+        # Row i ← v_{(i + offset) mod n}, as two slices (a roll would be a select-TF op in
+        # LiteRT).
+        shifted = v if offset == 0 else ops.concatenate([v[:, offset:], v[:, :offset]], axis=1)
         term = values[:, :, index:index + 1] * shifted
         out = term if out is None else out + term
     return out

@@ -366,6 +366,43 @@ def save_model(model, path, chief=True):
     return path
 
 
+def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=None,
+             download=False, log=print, **overrides):
+    """A finished (or checkpointed) run folder as ``(run, inference model, source)``:
+    the :class:`Run` of its recorded config and seed (evaluation fields replaced by
+    ``overrides``), its saved model or a checkpoint's, and what was loaded.
+    See :func:`evaluate_run` for the arguments."""
+    import tensorflow as tf
+
+    directory = pathlib.Path(model_dir)
+    record = read_run(directory, workflow)
+    not_evaluation = sorted(set(overrides) - set(workflow.evaluation_fields))
+    if not_evaluation:
+        raise ValueError(f"{workflow.name} can only change the evaluation fields "
+                         f"{workflow.evaluation_fields} of a run. Received: {not_evaluation}")
+    config = config_from_dict(workflow.config_class, record["config"])
+    config = workflow.config(config, **overrides)
+    data = record.get("data", {})
+    location = DataLocation(data_dir or data.get("data_dir"),
+                            manual_dir or data.get("manual_dir"), download)
+    strategy = tf.distribute.get_strategy()
+    context = Run(workflow, config, record["seed"], directory, strategy, location,
+                  verbose=0, log=log)
+    saved = directory / workflow.model_file
+    if checkpoint is None and saved.exists():
+        return context, keras.saving.load_model(saved), str(saved)
+    keras.utils.set_random_seed(record["seed"])
+    trained = workflow.build(context)
+    steps = StepCheckpoint(directory / "checkpoints", workflow.checkpoint_objects(trained))
+    path = steps.manager.latest_checkpoint if checkpoint in (None, "latest") else checkpoint
+    if path is None:
+        raise FileNotFoundError(f"{directory} holds neither {workflow.model_file} nor a "
+                                "checkpoint")
+    steps.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
+    return (context, workflow.inference_model(context, trained),
+            f"{path} (step {int(steps.step.numpy())})")
+
+
 def evaluate_run(workflow, model_dir, checkpoint=None, output=None, data_dir=None,
                  manual_dir=None, download=False, log=print, **overrides):
     """Re-score a run folder: its saved model (or a checkpoint) with its config.
@@ -384,40 +421,13 @@ def evaluate_run(workflow, model_dir, checkpoint=None, output=None, data_dir=Non
     Returns:
         The scores, plus ``source`` (what was scored) and ``model``.
     """
-    import tensorflow as tf
-
-    directory = pathlib.Path(model_dir)
-    record = read_run(directory, workflow)
-    not_evaluation = sorted(set(overrides) - set(workflow.evaluation_fields))
-    if not_evaluation:
-        raise ValueError(f"{workflow.name}.evaluate can only change the evaluation fields "
-                         f"{workflow.evaluation_fields}. Received: {not_evaluation}")
-    config = config_from_dict(workflow.config_class, record["config"])
-    config = workflow.config(config, **overrides)
-    data = record.get("data", {})
-    location = DataLocation(data_dir or data.get("data_dir"),
-                            manual_dir or data.get("manual_dir"), download)
-    strategy = tf.distribute.get_strategy()
-    context = Run(workflow, config, record["seed"], directory, strategy, location,
-                  verbose=0, log=log)
-    saved = directory / workflow.model_file
-    if checkpoint is None and saved.exists():
-        model, source = keras.saving.load_model(saved), str(saved)
-    else:
-        keras.utils.set_random_seed(record["seed"])
-        trained = workflow.build(context)
-        steps = StepCheckpoint(directory / "checkpoints", workflow.checkpoint_objects(trained))
-        path = steps.manager.latest_checkpoint if checkpoint in (None, "latest") else checkpoint
-        if path is None:
-            raise FileNotFoundError(f"{directory} holds neither {workflow.model_file} nor a "
-                                    "checkpoint")
-        steps.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
-        model = workflow.inference_model(context, trained)
-        source = f"{path} (step {int(steps.step.numpy())})"
+    context, model, source = load_run(workflow, model_dir, checkpoint, data_dir, manual_dir,
+                                      download, log, **overrides)
+    directory, config = context.directory, context.config
     log(f"scoring {source}")
     scores = workflow.evaluate(context, model)
     result = dict(scores, workflow=workflow.name, config=config.name,
-                  variant=workflow.variant(config), seed=record["seed"], source=source)
+                  variant=workflow.variant(config), seed=context.seed, source=source)
     if output is not False:
         write_json(pathlib.Path(output or directory / "evaluation.json"), result)
     if workflow.summary(result):

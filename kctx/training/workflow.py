@@ -11,6 +11,8 @@ import dataclasses
 import pathlib
 from typing import Any, Callable
 
+import keras
+
 from kctx.training.config import replace_config
 
 
@@ -126,6 +128,9 @@ class Workflow:
         variant_field: the config field :meth:`train` takes as its second
             positional argument (``"context"``, ``"model"``).
         description: the CLI's help text.
+        export_evaluation: ``None`` when an exported model is only compared with
+            Keras; otherwise the evaluation fields replaced when ``export`` scores
+            the artifact with :meth:`evaluate` (``{}``: the run's own).
 
     Example:
 
@@ -144,6 +149,7 @@ class Workflow:
     evaluation_fields = ()
     variant_field = None
     description = ""
+    export_evaluation = None
 
     @property
     def config_class(self):
@@ -199,6 +205,21 @@ class Workflow:
         """The model saved and evaluated (e.g. a GAN's generator)."""
         return model
 
+    def example_inputs(self, run, count):
+        """``count`` inputs of the inference model from the workflow's data (to check an
+        export against Keras and calibrate int8): by default the first examples of the
+        training stream, an array or a list of arrays as ``model.predict`` takes them."""
+        import numpy as np
+
+        parts, total = [], 0
+        for batch in self.train_data(run, 0, None):
+            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+            parts.append(keras.tree.map_structure(keras.ops.convert_to_numpy, inputs))
+            total += len(keras.tree.flatten(parts[-1])[0])
+            if total >= count:
+                break
+        return keras.tree.map_structure(lambda *xs: np.concatenate(xs)[:count], *parts)
+
     def summary(self, results):
         """The line printed at the end, or None."""
         return None
@@ -252,3 +273,15 @@ class Workflow:
         from kctx.training.cli import evaluate_main
 
         return evaluate_main(self, argv)
+
+    def export(self, model_dir, format, **options):
+        """:func:`kctx.training.export.export_run` a run folder of this workflow."""
+        from kctx.training.export import export_run
+
+        return export_run(self, model_dir, format, **options)
+
+    def export_main(self, argv=None):
+        """The ``python -m <name>.export`` command line."""
+        from kctx.training.export import export_main
+
+        return export_main(self, argv)

@@ -1,0 +1,313 @@
+"""Ship a Keras model: export it to TF SavedModel, ONNX or LiteRT and run the artifact.
+
+:func:`export_model` writes the artifact with ``model.export`` (a float32 copy of a
+mixed-precision model; LiteRT post-training quantization on request), then loads it
+in its own runtime: TensorFlow, ONNX Runtime or the LiteRT interpreter. Where that
+runtime cannot run the model it raises :class:`ExportError` naming the layer and the
+operation, and removes the artifact, so nothing is left that breaks at load time.
+:func:`load_artifact` gives a callable with ``model.predict``'s inputs and output.
+
+The ONNX and LiteRT runtimes are the ``export`` extra: ``pip install "kctx[export]"``
+(tf2onnx, onnxruntime, ai-edge-litert).
+"""
+
+import os
+import re
+import shutil
+
+import keras
+import numpy as np
+
+from kctx.validation import check_choice
+
+FORMATS = ("tf_saved_model", "onnx", "litert")
+QUANTIZATIONS = ("none", "dynamic", "int8")
+SUFFIXES = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite"}
+
+
+class ExportError(RuntimeError):
+    """The runtime of an export format cannot run (a layer of) the model."""
+
+
+# ---------------------------------------------------------------------------
+# A float32 copy of a mixed-precision model.
+# ---------------------------------------------------------------------------
+
+
+def _float32_config(config):
+    """``config`` with every mixed dtype policy replaced by float32 (recursively)."""
+    if isinstance(config, dict):
+        if config.get("class_name") in ("DTypePolicy", "FloatDTypePolicy") and \
+                str(config.get("config", {}).get("name", "")).startswith("mixed_"):
+            return "float32"
+        return {key: _float32_config(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_float32_config(value) for value in config]
+    if isinstance(config, str) and config.startswith("mixed_"):
+        return "float32"
+    return config
+
+
+def float32_model(model):
+    """``model`` itself when every layer computes in float32, else a float32 copy.
+
+    A model trained under ``mixed_bfloat16`` / ``mixed_float16`` keeps float32
+    variables; its copy is rebuilt from the config with float32 policies and given
+    the same weights, so the artifact computes in float32 (ONNX export needs it, and
+    mobile runtimes run float32 or int8, not bfloat16).
+
+    Args:
+        model: a functional or Sequential ``keras.Model``.
+
+    Returns:
+        A ``keras.Model`` whose layers all compute in float32.
+    """
+    policies = {layer.dtype_policy.name for layer in model._flatten_layers(include_self=True)}
+    if policies <= {"float32"}:
+        return model
+    copy = model.__class__.from_config(_float32_config(model.get_config()))
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+# ---------------------------------------------------------------------------
+# Export.
+# ---------------------------------------------------------------------------
+
+
+def _litert_options(quantize, representative_data):
+    import tensorflow as tf
+
+    if quantize == "none":
+        return {}
+    options = {"optimizations": [tf.lite.Optimize.DEFAULT]}
+    if quantize == "int8":
+        if representative_data is None:
+            raise ValueError("`quantize='int8'` calibrates on `representative_data` (an iterable "
+                             "of model inputs, batch size 1). Received: representative_data=None")
+
+        def dataset():
+            for inputs in representative_data:
+                yield [np.asarray(x) for x in (inputs if isinstance(inputs, (list, tuple))
+                                                else [inputs])]
+
+        options["representative_dataset"] = dataset
+        # int8 kernels wherever LiteRT has them; float kernels for the rest.
+        options["target_spec"] = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+                                                    tf.lite.OpsSet.TFLITE_BUILTINS]}
+    return options
+
+
+def export_model(model, path, format="tf_saved_model", quantize="none",
+                 representative_data=None, input_signature=None):
+    """Export ``model`` for inference and check that its runtime loads the artifact.
+
+    Args:
+        model: a ``keras.Model`` (mixed precision is exported as float32, see
+            :func:`float32_model`). Dimensions that are ``None`` in its inputs
+            (batch, or the height and width of a fully convolutional segmenter)
+            stay dynamic in the artifact.
+        path: where to write: a directory for ``tf_saved_model``, a ``.onnx`` file
+            for ``onnx``, a ``.tflite`` file for ``litert``.
+        format: one of :data:`FORMATS`.
+        quantize: ``"none"``; for ``litert`` also ``"dynamic"`` (dynamic-range
+            int8 weights) or ``"int8"`` (int8 weights and activations calibrated
+            on ``representative_data``, float kernels where LiteRT has no int8 one;
+            the inputs and outputs stay float32).
+        representative_data: for ``quantize="int8"``: an iterable of model inputs
+            (arrays of batch size 1, or lists of them for several inputs).
+        input_signature: optional, passed to ``model.export``.
+
+    Returns:
+        ``path`` as a string.
+
+    Raises:
+        ExportError: the format's runtime cannot run a layer of the model; the
+            message names the layer, its class and the operation.
+
+    Example:
+
+    >>> inputs = keras.Input((8, 8, 16))
+    >>> model = keras.Model(inputs, context_block("ham_nmf", rank=4)(inputs))
+    >>> export_model(model, "ham.onnx", format="onnx")
+    'ham.onnx'
+    >>> load_artifact("ham.onnx", "onnx")(x)  # == model.predict(x) to float32 rounding
+    """
+    check_choice("format", format, FORMATS)
+    check_choice("quantize", quantize, QUANTIZATIONS)
+    if quantize != "none" and format != "litert":
+        raise ValueError(f"`quantize` applies to format='litert'. Received: quantize={quantize!r} "
+                         f"with format={format!r}")
+    path = os.fspath(path)
+    if SUFFIXES[format] and not path.endswith(SUFFIXES[format]):
+        raise ValueError(f"A {format} artifact is a {SUFFIXES[format]} file. Received: path={path!r}")
+    model = float32_model(model)
+    if input_signature is None:
+        # The functional inputs, also for a model never called (Keras's ONNX export
+        # otherwise refuses it); their names and None dimensions carry over.
+        try:
+            structure = model.input
+        except (AttributeError, ValueError):  # a subclassed model: Keras infers it
+            structure = None
+        if structure is not None and not isinstance(structure, dict):
+            input_signature = [structure]
+    options = {}
+    if format == "litert":
+        options = _litert_options(quantize, representative_data)
+    elif format == "onnx":
+        options = {"opset_version": 18}
+    _remove(path)
+    model.export(path, format=format, input_signature=input_signature, verbose=False, **options)
+    try:
+        _check_runtime(model, path, format)
+    except ExportError:
+        _remove(path)
+        raise
+    return path
+
+
+def _remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def _layer_of(model, op_name):
+    """The innermost layer of ``model`` whose name is a scope of ``op_name``."""
+    layers = {layer.name: layer for layer in model._flatten_layers(include_self=False)}
+    found = None
+    for scope in re.split(r"[/;:]", op_name):
+        for name in (scope, re.sub(r"_\d+$", "", scope)):
+            if name in layers:
+                found = layers[name]
+                break
+    return found
+
+
+def _unsupported(model, format, op_name, op_type, detail=""):
+    layer = _layer_of(model, op_name)
+    where = (f"layer {layer.name!r} ({type(layer).__name__})" if layer is not None
+             else f"the model {model.name!r}")
+    runtime = {"onnx": "ONNX Runtime", "litert": "the LiteRT interpreter"}[format]
+    return ExportError(
+        f"{runtime} cannot run {where}: its operation {op_type} (node {op_name!r}) has no "
+        f"{format} kernel, so no {format} artifact was written.{detail}")
+
+
+def _check_runtime(model, path, format):
+    if format == "litert":
+        from tensorflow.lite.tools import flatbuffer_utils
+
+        tflite = flatbuffer_utils.read_model(path)
+        graph = tflite.subgraphs[0]
+        for operator in graph.operators:
+            code = tflite.operatorCodes[operator.opcodeIndex].customCode
+            if code and code.decode().startswith("Flex"):
+                tensor = graph.tensors[operator.outputs[0]].name.decode()
+                raise _unsupported(model, format, tensor, code.decode()[len("Flex"):],
+                                   " (It would need the select-TF-ops delegate.)")
+    try:
+        load_artifact(path, format)
+    except ExportError:
+        raise
+    except Exception as error:  # the runtime's own load error
+        message = str(error)
+        node = re.search(r'Node,? \("([^"]*)", (\w+)', message)
+        if node:
+            raise _unsupported(model, format, node.group(1), node.group(2)) from error
+        raise ExportError(f"The {format} runtime cannot load {path!r}: {message}") from error
+
+
+# ---------------------------------------------------------------------------
+# Running an artifact.
+# ---------------------------------------------------------------------------
+
+
+def _as_list(inputs):
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+
+
+def _single(outputs):
+    outputs = [np.asarray(out) for out in outputs]
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+class _SavedModel:
+    def __init__(self, path):
+        import tensorflow as tf
+
+        self.loaded = tf.saved_model.load(path)  # keeps the variables alive
+
+    def __call__(self, inputs):
+        outputs = self.loaded.serve(list(inputs) if isinstance(inputs, tuple) else inputs)
+        return _single([out.numpy() for out in _as_list(outputs)])
+
+
+class _OnnxSession:
+    def __init__(self, path, num_threads):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        if num_threads:
+            options.intra_op_num_threads = num_threads
+        self.session = onnxruntime.InferenceSession(path, options,
+                                                    providers=["CPUExecutionProvider"])
+        self.names = [node.name for node in self.session.get_inputs()]
+
+    def __call__(self, inputs):
+        feed = dict(zip(self.names, (np.asarray(x) for x in _as_list(inputs))))
+        return _single(self.session.run(None, feed))
+
+
+class _LiteRTInterpreter:
+    def __init__(self, path, num_threads, input_names):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.interpreter.allocate_tensors()  # fails here when an operation cannot run
+        self.runner = self.interpreter.get_signature_runner()
+        names = self.interpreter.get_signature_list()["serving_default"]["inputs"]
+        # The signature lists the inputs sorted by name, not in the model's order.
+        if input_names is not None and sorted(input_names) != sorted(names):
+            raise ValueError(f"`input_names` must name the artifact's inputs {names}. "
+                             f"Received: input_names={input_names!r}")
+        self.names = list(input_names) if input_names is not None else names
+
+    def __call__(self, inputs):
+        outputs = self.runner(**dict(zip(self.names, (np.asarray(x) for x in _as_list(inputs)))))
+        return _single([outputs[name] for name in sorted(outputs)])
+
+
+def load_artifact(path, format, num_threads=None, input_names=None):
+    """Load an exported artifact in its runtime.
+
+    Args:
+        path: the artifact written by :func:`export_model` (or ``model.export``).
+        format: one of :data:`FORMATS`.
+        num_threads: CPU threads of ONNX Runtime / LiteRT (``None``: their default).
+        input_names: for a LiteRT model of several inputs, their names in the order
+            of ``model.inputs`` (``[x.name for x in model.inputs]``): its signature
+            lists them sorted by name, the order used when omitted.
+
+    Returns:
+        ``fn(inputs) -> outputs`` with the inputs of ``model.predict`` (an array,
+        or a list of arrays in the order of ``model.inputs``) and a NumPy output.
+    """
+    check_choice("format", format, FORMATS)
+    path = os.fspath(path)
+    if format == "tf_saved_model":
+        return _SavedModel(path)
+    if format == "onnx":
+        return _OnnxSession(path, num_threads)
+    return _LiteRTInterpreter(path, num_threads, input_names)
+
+
+def artifact_size(path):
+    """Bytes on disk of an artifact (a SavedModel directory summed over its files)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(root, name))
+                   for root, _, names in os.walk(path) for name in names)
+    return os.path.getsize(path)

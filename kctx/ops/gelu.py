@@ -1,0 +1,24 @@
+"""GELU in the form every export runtime runs."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+def gelu(x):
+    """GELU(x) = x·Φ(x) = ½·x·(1 + erf(x/√2)) (Hendrycks & Gimpel 2016, exact form).
+
+    The same function as ``keras.activations.gelu(x, approximate=False)`` (to
+    float32 rounding), written with ``erf``: TensorFlow's own exact GELU is built
+    on ``erfc``, which ONNX Runtime and LiteRT lack, while this form converts to
+    ONNX's ``Erf`` and is fused into LiteRT's builtin ``GELU``.
+
+    Args:
+        x: float tensor.
+
+    Returns:
+        GELU(x), same shape and dtype.
+    """
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))

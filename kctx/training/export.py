@@ -1,0 +1,175 @@
+"""``python -m <workflow>.export``: ship a run's model as TF SavedModel, ONNX or LiteRT.
+
+:func:`export_run` loads a run folder's inference model, exports it
+(:func:`kctx.export.export_model`; LiteRT int8 calibrated on the workflow's own
+training stream), reloads the artifact in its runtime, compares it with Keras on
+real inputs from the workflow's data and, for workflows with a held-out metric
+(segmentation, classification), scores the artifact and the Keras model with the
+workflow's evaluation. It writes the artifact and ``<artifact>.json``.
+"""
+
+import os
+import pathlib
+import time
+
+import keras
+import numpy as np
+
+from kctx.export import FORMATS, QUANTIZATIONS, SUFFIXES, artifact_size, export_model, \
+    load_artifact
+from kctx.training.records import write_json
+from kctx.training.runner import load_run
+
+
+def _rows(inputs, start, stop):
+    if isinstance(inputs, (list, tuple)):
+        return [x[start:stop] for x in inputs]
+    return inputs[start:stop]
+
+
+class ArtifactModel(keras.Model):
+    """An exported artifact behind the ``keras.Model`` interface, so a workflow's own
+    evaluation (``model(x)``, ``model.evaluate``) scores it; TensorFlow backend.
+
+    Args:
+        artifact: ``fn(inputs) -> outputs`` (:func:`kctx.export.load_artifact`).
+        model: the Keras model it was exported from (for the output shape).
+    """
+
+    def __init__(self, artifact, model, **kwargs):
+        super().__init__(name=f"{model.name}_artifact", **kwargs)
+        self._artifact = artifact
+        self._output_shape = model.compute_output_shape
+
+    def call(self, inputs, training=False):
+        import tensorflow as tf
+
+        several = isinstance(inputs, (list, tuple))
+        flat = list(inputs) if several else [inputs]
+
+        def run(*arrays):
+            return np.asarray(self._artifact(list(arrays) if several else arrays[0]),
+                              dtype="float32")
+
+        outputs = tf.numpy_function(run, flat, tf.float32, stateful=False)
+        shapes = [tuple(x.shape) for x in flat]
+        outputs.set_shape(self._output_shape(shapes if several else shapes[0]))
+        return outputs
+
+
+def default_artifact_path(workflow, model_dir, format, quantize="none"):
+    """``MODEL_DIR/<model file stem>[_dynamic|_int8].onnx`` / ``.tflite``, or
+    ``MODEL_DIR/<stem>_saved_model/``."""
+    stem = pathlib.Path(workflow.model_file).stem + ("" if quantize == "none" else f"_{quantize}")
+    name = f"{stem}_saved_model" if format == "tf_saved_model" else stem + SUFFIXES[format]
+    return pathlib.Path(model_dir) / name
+
+
+def export_run(workflow, model_dir, format, quantize="none", output=None, examples=8,
+               calibration_examples=100, evaluate=True, checkpoint=None, data_dir=None,
+               manual_dir=None, download=False, log=print):
+    """Export a run folder's inference model and check the artifact.
+
+    Args:
+        workflow: the :class:`~kctx.training.Workflow` that wrote the run.
+        model_dir: the run folder.
+        format: one of :data:`kctx.export.FORMATS`.
+        quantize: one of :data:`kctx.export.QUANTIZATIONS` (LiteRT only).
+        output: the artifact's path (default :func:`default_artifact_path`).
+        examples: inputs from the workflow's data on which the artifact is compared
+            with Keras.
+        calibration_examples: inputs (batch size 1) that calibrate ``int8``.
+        evaluate: also score the artifact and the Keras model with the workflow's
+            evaluation, when it has one for exports (``workflow.export_evaluation``).
+        checkpoint, data_dir, manual_dir, download: as for
+            :func:`kctx.training.evaluate_run`.
+        log: called with each line of the report.
+
+    Returns:
+        The report written to ``<artifact>.json``: path, format, quantize, size in
+        bytes, ``max_abs_difference`` and ``max_relative_difference`` (over the
+        largest |Keras output|) on ``examples`` inputs, export seconds, and
+        ``scores`` / ``keras_scores`` when evaluated.
+    """
+    overrides = dict(workflow.export_evaluation or {})
+    run, model, source = load_run(workflow, model_dir, checkpoint, data_dir, manual_dir,
+                                  download, log, **overrides)
+    count = examples + (calibration_examples if quantize == "int8" else 0)
+    inputs = workflow.example_inputs(run, count)
+    compared = _rows(inputs, 0, examples)
+    calibration = [_rows(inputs, index, index + 1) for index in range(examples, count)]
+    path = pathlib.Path(output or default_artifact_path(workflow, model_dir, format, quantize))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"exporting {source} as {format}" + (f" ({quantize})" if quantize != "none" else ""))
+    start = time.perf_counter()
+    export_model(model, path, format=format, quantize=quantize,
+                 representative_data=calibration or None)
+    seconds = time.perf_counter() - start
+    artifact = load_artifact(path, format, input_names=[x.name for x in model.inputs])
+    expected = model.predict(compared, verbose=0)
+    got = artifact(compared)
+    difference = float(np.abs(got - expected).max())
+    scale = float(np.abs(expected).max()) or 1.0
+    report = dict(workflow=workflow.name, source=source, path=str(path), format=format,
+                  quantize=quantize, bytes=artifact_size(path), export_seconds=round(seconds, 2),
+                  examples=examples, max_abs_difference=difference,
+                  max_relative_difference=difference / scale)
+    log(f"wrote {path} ({report['bytes'] / 1e6:.2f} MB); max |artifact - Keras| on {examples} "
+        f"inputs of the {workflow.name} data: {difference:.3g} ({difference / scale:.3g} of the "
+        f"largest output)")
+    if evaluate and workflow.export_evaluation is not None:
+        report["keras_scores"] = workflow.scores(workflow.evaluate(run, model))
+        report["scores"] = workflow.scores(workflow.evaluate(run, ArtifactModel(artifact, model)))
+        for key, value in report["scores"].items():
+            log(f"{key}: {value:.4f} ({format}{'' if quantize == 'none' else ' ' + quantize}), "
+                f"{report['keras_scores'].get(key, float('nan')):.4f} (Keras)")
+    write_json(pathlib.Path(f"{os.fspath(path).rstrip('/')}.json"), report)
+    return report
+
+
+def export_parser(workflow):
+    from kctx.training.cli import _parser, _positive_int, add_data_arguments
+
+    parser = _parser(
+        f"python -m {workflow.name}.export",
+        f"Export a `{workflow.name}.train` run's model, reload it in its runtime (TensorFlow, "
+        "ONNX Runtime, the LiteRT interpreter) and compare it with Keras on inputs from the "
+        "workflow's data" + (", then score it on the held-out split."
+                             if workflow.export_evaluation is not None else "."))
+    parser.add_argument("--model-dir", required=True, help=f"a {workflow.name}.train run folder")
+    parser.add_argument("--format", required=True, choices=FORMATS)
+    parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS,
+                        help="LiteRT post-training quantization: dynamic-range int8 weights, or "
+                             "int8 weights and activations calibrated on the training stream "
+                             "(default: none)")
+    parser.add_argument("--output", help="the artifact's path (default: in the run folder)")
+    parser.add_argument("--checkpoint", help="'latest' or a checkpoint path (default: the saved "
+                                             "model)")
+    parser.add_argument("--examples", type=_positive_int, default=8,
+                        help="inputs on which the artifact is compared with Keras (default 8)")
+    parser.add_argument("--calibration-examples", type=_positive_int, default=100,
+                        help="int8 calibration inputs (default 100)")
+    if workflow.export_evaluation is not None:
+        parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
+                            help="skip scoring the artifact on the held-out split")
+    add_data_arguments(parser)
+    return parser
+
+
+def export_main(workflow, argv=None):
+    """Parse ``argv`` and export a run; returns the exit status."""
+    from kctx.export import ExportError
+    from kctx.training.cli import _user_errors
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = export_parser(workflow)
+    args = parser.parse_args(argv)
+    if args.quantize != "none" and args.format != "litert":
+        parser.error(f"--quantize {args.quantize} applies to --format litert")
+    try:
+        export_run(workflow, args.model_dir, args.format, args.quantize, args.output,
+                   args.examples, args.calibration_examples, getattr(args, "evaluate", False),
+                   args.checkpoint, args.data_dir, args.manual_dir, args.download)
+    except (*_user_errors(), ExportError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    return 0

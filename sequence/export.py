@@ -1,0 +1,15 @@
+"""``python -m sequence.export --model-dir DIR --format tf_saved_model|onnx|litert [--quantize none|dynamic|int8] [--output PATH]``.
+
+Exports a ``sequence.train`` run's model (:func:`kctx.training.export.export_run`),
+reloads the artifact in its runtime and prints its largest difference from Keras on
+inputs from the workflow's data.
+"""
+
+from sequence.workflow import WORKFLOW
+
+# export(model_dir, format, quantize="none", output=None, ...): kctx.training.export.export_run
+export = WORKFLOW.export
+main = WORKFLOW.export_main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

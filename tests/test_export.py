@@ -1,0 +1,220 @@
+"""The export matrix: every context block and every workflow model, exported to TF
+SavedModel, ONNX and LiteRT and run in that runtime, against Keras."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from kctx.export import (
+    FORMATS,
+    SUFFIXES,
+    ExportError,
+    artifact_size,
+    export_model,
+    float32_model,
+    load_artifact,
+)
+from kctx.layers import context_block, context_block_names
+from kctx.layers.context_block import _KINDS
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ai_edge_litert")
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _artifact_path(tmp_path, format, stem="model"):
+    return str(tmp_path / f"{stem}{SUFFIXES[format]}")
+
+
+def _exported_matches(model, inputs, format, tmp_path, batches=(), atol=ATOL):
+    """Export ``model``, run the artifact on ``inputs`` (and each of ``batches``) and
+    compare with Keras."""
+    path = export_model(model, _artifact_path(tmp_path, format), format=format)
+    artifact = load_artifact(path, format, input_names=[x.name for x in model.inputs])
+    for x in (inputs, *batches):
+        expected = model.predict(x, verbose=0)
+        got = artifact(x)
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=atol)
+    return path
+
+
+def _block_model(name):
+    if _KINDS[name] == "sequence":
+        inputs = keras.Input((16, 8))
+        features = keras.layers.Dense(16)(inputs)
+    else:
+        inputs = keras.Input((4, 4, 16))
+        features = keras.layers.Conv2D(16, 1)(inputs)
+    return keras.Model(inputs, context_block(name)(features))
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@pytest.mark.parametrize("name", context_block_names(None))
+def test_every_block_exports_and_runs_in_every_runtime(name, format, tmp_path):
+    model = _block_model(name)
+    x = np.random.default_rng(0).standard_normal((2, *model.input_shape[1:])).astype("float32")
+    expected = model.predict(x, verbose=0)
+    # CD's closed form inverts DᵀD + βI, whose condition number reaches r(1 + β)/β
+    # (641 at the defaults r = 64, β = 0.1, T = 1, where the concept vectors nearly
+    # coincide): float32 rounding differs between runtimes by ~1e-5 of the output's
+    # scale there, as it does between Keras and a float64 evaluation.
+    atol = 5e-5 * float(np.abs(expected).max()) if name == "ham_cd" else ATOL
+    _exported_matches(model, x, format, tmp_path, batches=[x[:1]], atol=atol)
+
+
+def _gan_generator():
+    from gan.configs import get_config
+    from gan.models import build_generator
+
+    config = get_config("digits")
+    model = build_generator(config, "ham_nmf")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((3, config.latent_dim)).astype("float32"),
+              np.array([0, 4, 9], dtype="int32")]
+    return model, inputs, [[inputs[0][:1], inputs[1][:1]]]
+
+
+def _segmenter(context):
+    from segmentation.configs import get_config
+    from segmentation.workflow import build_model
+
+    model = build_model(get_config("digits_seg", context=context))
+    rng = np.random.default_rng(0)
+    # Dynamic H×W: the artifact runs at every size (multi-scale inference).
+    sizes = [(2, 64, 64, 1), (1, 48, 80, 1)]
+    channels = model.input_shape[-1]
+    batches = [rng.random((*size[:3], channels)).astype("float32") for size in sizes]
+    return model, batches[0], batches[1:]
+
+
+def _classifier(name):
+    from classification.configs import get_config
+    from classification.workflow import build_model
+
+    model = build_model(get_config("digits", model=name))
+    x = np.random.default_rng(0).random((2, *model.input_shape[1:])).astype("float32")
+    return model, x, [x[:1]]
+
+
+def _sequence_model():
+    from sequence.configs import get_config
+    from sequence.workflow import build_model
+
+    model = build_model(get_config("adding", length=64))
+    rng = np.random.default_rng(0)
+    x = np.stack([rng.random((2, 64)), np.zeros((2, 64))], axis=-1).astype("float32")
+    x[:, [3, 40], 1] = 1.0
+    return model, x, [x[:1]]
+
+
+WORKFLOW_MODELS = {
+    "gan_generator_ham_nmf": _gan_generator,
+    "segmenter_ham_nmf": lambda: _segmenter("ham_nmf"),
+    "segmenter_aspp": lambda: _segmenter("aspp"),
+    "kanet_kv": lambda: _classifier("kanet_kv"),
+    "mobilenet_v2": lambda: _classifier("mobilenet_v2"),
+    "psf_sequence": _sequence_model,
+}
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@pytest.mark.parametrize("model_name", sorted(WORKFLOW_MODELS))
+def test_every_workflow_model_exports_and_runs_in_every_runtime(model_name, format, tmp_path):
+    model, inputs, batches = WORKFLOW_MODELS[model_name]()
+    _exported_matches(model, inputs, format, tmp_path, batches=batches)
+
+
+def test_gan_upsampling_is_keras_nearest_upsampling():
+    from gan.layers import UpSampling2D
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 4)).astype("float32")
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(UpSampling2D(2)(x)),
+        ops.convert_to_numpy(keras.layers.UpSampling2D(2)(x)))
+
+
+@pytest.mark.parametrize("format", ["onnx", "litert"])
+def test_mixed_bfloat16_model_exports_as_float32(format, tmp_path):
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input((4, 4, 16))
+        x = keras.layers.Conv2D(16, 1)(inputs)
+        model = keras.Model(inputs, context_block("ham_nmf", rank=4)(x))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    copy = float32_model(model)
+    assert {layer.dtype_policy.name for layer in copy._flatten_layers()} == {"float32"}
+    assert float32_model(copy) is copy
+    for mine, theirs in zip(model.weights, copy.weights):
+        np.testing.assert_array_equal(ops.convert_to_numpy(mine), ops.convert_to_numpy(theirs))
+    x = np.random.default_rng(0).random((2, 4, 4, 16)).astype("float32")
+    _exported_matches(copy, x, format, tmp_path)
+    path = export_model(model, _artifact_path(tmp_path, format, "bf16"), format=format)
+    got = load_artifact(path, format)(x)
+    np.testing.assert_allclose(got, copy.predict(x, verbose=0), rtol=RTOL, atol=ATOL)
+    # bfloat16 keeps 8 bits of mantissa: the artifact is the float32 evaluation.
+    np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=0.1, atol=0.1)
+
+
+@keras.saving.register_keras_serializable(package="kctx_tests")
+class _InverseLayer(keras.layers.Layer):
+    """A layer with an operation that neither ONNX Runtime nor LiteRT has."""
+
+    def call(self, x):
+        gram = ops.einsum("bnd,bne->bde", x, x) + ops.eye(x.shape[-1])
+        return ops.matmul(x, ops.inv(gram))
+
+
+@pytest.mark.parametrize("format", ["onnx", "litert"])
+def test_an_op_the_runtime_lacks_fails_the_export_naming_layer_and_op(format, tmp_path):
+    inputs = keras.Input((6, 3))
+    model = keras.Model(inputs, _InverseLayer(name="solver")(keras.layers.Dense(3)(inputs)))
+    path = _artifact_path(tmp_path, format)
+    with pytest.raises(ExportError, match=r"layer 'solver' \(_InverseLayer\).*MatrixInverse"):
+        export_model(model, path, format=format)
+    assert not os.path.exists(path)  # no artifact that breaks at load time
+    # TensorFlow runs it.
+    path = export_model(model, str(tmp_path / "saved"), format="tf_saved_model")
+    x = np.random.default_rng(0).standard_normal((2, 6, 3)).astype("float32")
+    np.testing.assert_allclose(load_artifact(path, "tf_saved_model")(x),
+                               model.predict(x, verbose=0), rtol=RTOL, atol=ATOL)
+
+
+def test_litert_quantization_shrinks_the_artifact_and_stays_close(tmp_path):
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Conv2D(4, 1)(x))
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 8, 8, 3)).astype("float32")
+    expected = model.predict(x, verbose=0)
+    sizes = {}
+    for quantize in ("none", "dynamic", "int8"):
+        path = export_model(model, _artifact_path(tmp_path, "litert", quantize), format="litert",
+                            quantize=quantize,
+                            representative_data=[rng.random((1, 8, 8, 3)).astype("float32")
+                                                 for _ in range(16)])
+        sizes[quantize] = artifact_size(path)
+        got = load_artifact(path, "litert")(x)
+        assert got.dtype == np.float32 and got.shape == expected.shape
+        scale = np.abs(expected).max()
+        tolerance = {"none": 1e-5, "dynamic": 0.05, "int8": 0.1}[quantize]
+        assert np.abs(got - expected).max() <= tolerance * scale, quantize
+    assert sizes["dynamic"] < sizes["none"] / 2 and sizes["int8"] < sizes["none"] / 2
+
+
+def test_export_arguments_are_checked(tmp_path):
+    model = _block_model("none")
+    with pytest.raises(ValueError, match="Received: format='pb'"):
+        export_model(model, tmp_path / "m", format="pb")
+    with pytest.raises(ValueError, match="quantize='int8' with format='onnx'"):
+        export_model(model, tmp_path / "m.onnx", format="onnx", quantize="int8")
+    with pytest.raises(ValueError, match="representative_data=None"):
+        export_model(model, tmp_path / "m.tflite", format="litert", quantize="int8")
+    with pytest.raises(ValueError, match=r"\.tflite file.*Received: path="):
+        export_model(model, tmp_path / "m.onnx", format="litert")
