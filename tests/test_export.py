@@ -138,6 +138,15 @@ def test_gan_upsampling_is_keras_nearest_upsampling():
         ops.convert_to_numpy(keras.layers.UpSampling2D(2)(x)))
 
 
+def test_psf_gelu_is_keras_exact_gelu():
+    from kctx.ops import gelu
+
+    x = np.linspace(-6, 6, 101, dtype="float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(gelu(x)),
+                               ops.convert_to_numpy(keras.activations.gelu(x, approximate=False)),
+                               rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("format", ["onnx", "litert"])
 def test_mixed_bfloat16_model_exports_as_float32(format, tmp_path):
     keras.config.set_dtype_policy("mixed_bfloat16")
@@ -218,3 +227,57 @@ def test_export_arguments_are_checked(tmp_path):
         export_model(model, tmp_path / "m.tflite", format="litert", quantize="int8")
     with pytest.raises(ValueError, match=r"\.tflite file.*Received: path="):
         export_model(model, tmp_path / "m.onnx", format="litert")
+
+
+# (workflow, format, quantize): each workflow's CLI on a tiny run of its default data.
+CLI_CASES = [("segmentation", "onnx", "none"), ("classification", "litert", "int8"),
+             ("gan", "litert", "none"), ("sequence", "tf_saved_model", "none")]
+
+
+@pytest.mark.parametrize("name,format,quantize", CLI_CASES)
+def test_export_cli_on_a_run_of_each_workflow(name, format, quantize, tmp_path):
+    import json
+
+    from workflow_runs import TINY, environment, finish, start
+
+    run = tmp_path / "run"
+    status, output = finish(start(["-m", f"{name}.train", *TINY[name], "--verbose", "0",
+                                   "--model-dir", str(run)]))
+    assert status == 0, output[-3000:]
+    flags = ["--model-dir", str(run), "--format", format, "--quantize", quantize,
+             "--calibration-examples", "8"]
+    status, output = finish(start(["-m", f"{name}.export", *flags], env=environment()))
+    assert status == 0, output[-3000:]
+    stem = "generator" if name == "gan" else "model"
+    path = run / (f"{stem}_saved_model" if format == "tf_saved_model" else
+                  f"{stem}{'' if quantize == 'none' else '_' + quantize}{SUFFIXES[format]}")
+    assert path.exists() and f"wrote {path}" in output
+    report = json.loads(pathlib_text(f"{path}.json"))
+    assert report["format"] == format and report["quantize"] == quantize
+    assert report["bytes"] == artifact_size(path)
+    # Float artifacts equal Keras to float32 rounding; int8 to its quantization step.
+    limit = 0.1 if quantize == "int8" else 1e-5
+    assert report["max_relative_difference"] <= limit
+    results = json.loads((run / "results.json").read_text())
+    if name in ("segmentation", "classification"):
+        metric = "miou" if name == "segmentation" else "top1"
+        assert report["keras_scores"][metric] == pytest.approx(results[metric], abs=1e-6)
+        assert f"{metric}: " in output and metric in report["scores"]
+        if quantize == "none":
+            assert report["scores"][metric] == pytest.approx(results[metric], abs=1e-6)
+    else:
+        assert "scores" not in report
+
+
+def pathlib_text(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def test_export_cli_refuses_quantizing_onnx(tmp_path, capsys):
+    from segmentation.export import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--model-dir", str(tmp_path), "--format", "onnx", "--quantize", "int8"])
+    assert stopped.value.code == 2
+    assert "--quantize int8 applies to --format litert" in capsys.readouterr().err
