@@ -14,8 +14,8 @@ The ONNX and LiteRT runtimes are the ``export`` extra: ``pip install "kctx[expor
 import os
 import re
 import shutil
+import tempfile
 
-import keras
 import numpy as np
 
 from kctx.validation import check_choice
@@ -98,8 +98,54 @@ def _litert_options(quantize, representative_data):
     return options
 
 
+def float_layer_names(model):
+    """Names of the layers that full-int8 export keeps in float32: those whose class
+    sets ``quantize_int8 = False`` (the hams), and everything inside them."""
+    return sorted(layer.name for layer in model._flatten_layers(include_self=False)
+                  if not getattr(layer, "quantize_int8", True))
+
+
+def _litert_int8(model, path, input_signature, representative_data, float_layers):
+    """Full-int8 LiteRT with the ops of ``float_layers`` left in float32 (TFLite's
+    quantization debugger's deny-list), via a SavedModel as Keras's own LiteRT export."""
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    options = _litert_options("int8", representative_data)
+    with tempfile.TemporaryDirectory() as folder:
+        model.export(folder, format="tf_saved_model", input_signature=input_signature,
+                     verbose=False)
+
+        def converter():
+            result = tf.lite.TFLiteConverter.from_saved_model(folder)
+            result.experimental_enable_resource_variables = True
+            return result
+
+        quantizing = converter()
+        quantizing.optimizations = options["optimizations"]
+        quantizing.representative_dataset = options["representative_dataset"]
+        quantizing.target_spec.supported_ops = options["target_spec"]["supported_ops"]
+        if not float_layers:
+            content = quantizing.convert()
+        else:
+            interpreter = Interpreter(model_content=converter().convert())
+            names = [interpreter._get_tensor_details(index, 0)["name"]
+                     for op in interpreter._get_ops_details() for index in op["outputs"]]
+            kept = set(float_layers)
+            denied = [name for name in names
+                      if any(re.sub(r"_\d+$", "", scope) in kept or scope in kept
+                             for scope in re.split(r"[/;]", name))]
+            debugger = tf.lite.experimental.QuantizationDebugger(
+                converter=quantizing, debug_dataset=options["representative_dataset"],
+                debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                    denylisted_nodes=denied))
+            content = debugger.get_nondebug_quantized_model()
+    with open(path, "wb") as handle:
+        handle.write(content)
+
+
 def export_model(model, path, format="tf_saved_model", quantize="none",
-                 representative_data=None, input_signature=None):
+                 representative_data=None, input_signature=None, float_layers=None):
     """Export ``model`` for inference and check that its runtime loads the artifact.
 
     Args:
@@ -117,6 +163,8 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         representative_data: for ``quantize="int8"``: an iterable of model inputs
             (arrays of batch size 1, or lists of them for several inputs).
         input_signature: optional, passed to ``model.export``.
+        float_layers: for ``quantize="int8"``, names of layers kept in float32
+            (default :func:`float_layer_names`: the hams; ``[]`` quantizes all).
 
     Returns:
         ``path`` as a string.
@@ -142,6 +190,8 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
     if SUFFIXES[format] and not path.endswith(SUFFIXES[format]):
         raise ValueError(f"A {format} artifact is a {SUFFIXES[format]} file. Received: path={path!r}")
     model = float32_model(model)
+    if representative_data is not None:
+        representative_data = list(representative_data)  # iterated more than once
     if input_signature is None:
         # The functional inputs, also for a model never called (Keras's ONNX export
         # otherwise refuses it); their names and None dimensions carry over.
@@ -157,9 +207,15 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
     elif format == "onnx":
         options = {"opset_version": 18}
     _remove(path)
-    model.export(path, format=format, input_signature=input_signature, verbose=False, **options)
+    if quantize == "int8":
+        _litert_int8(model, path, input_signature, representative_data,
+                     float_layer_names(model) if float_layers is None else float_layers)
+    else:
+        model.export(path, format=format, input_signature=input_signature, verbose=False,
+                     **options)
     try:
-        _check_runtime(model, path, format)
+        _check_runtime(model, path, format,
+                       representative_data[0] if representative_data else None)
     except ExportError:
         _remove(path)
         raise
@@ -195,7 +251,8 @@ def _unsupported(model, format, op_name, op_type, detail=""):
         f"{format} kernel, so no {format} artifact was written.{detail}")
 
 
-def _check_runtime(model, path, format):
+def _check_runtime(model, path, format, sample=None):
+    """Load the artifact in its runtime (and run it on ``sample``, when given)."""
     if format == "litert":
         from tensorflow.lite.tools import flatbuffer_utils
 
@@ -207,15 +264,30 @@ def _check_runtime(model, path, format):
                 tensor = graph.tensors[operator.outputs[0]].name.decode()
                 raise _unsupported(model, format, tensor, code.decode()[len("Flex"):],
                                    " (It would need the select-TF-ops delegate.)")
+    artifact = None
     try:
-        load_artifact(path, format)
+        names = [x.name for x in getattr(model, "inputs", None) or []]
+        artifact = load_artifact(path, format, input_names=names if len(names) > 1 else None)
+        if sample is not None:
+            artifact(sample)
     except ExportError:
         raise
-    except Exception as error:  # the runtime's own load error
+    except Exception as error:  # the runtime's own load or run error
         message = str(error)
         node = re.search(r'Node,? \("([^"]*)", (\w+)', message)
         if node:
             raise _unsupported(model, format, node.group(1), node.group(2)) from error
+        node = re.search(r"Node number (\d+) \((\w+)\) failed to (\w+)", message)
+        if node and artifact is not None:
+            interpreter = artifact.interpreter
+            op = interpreter._get_ops_details()[int(node.group(1))]
+            name = interpreter._get_tensor_details(op["outputs"][0], 0)["name"]
+            layer = _layer_of(model, name)
+            where = (f"layer {layer.name!r} ({type(layer).__name__})" if layer is not None
+                     else f"the model {model.name!r}")
+            raise ExportError(
+                f"The {format} artifact fails to {node.group(3)} {where}: its operation "
+                f"{node.group(2)} (node {name!r}): {message.splitlines()[0]}") from error
         raise ExportError(f"The {format} runtime cannot load {path!r}: {message}") from error
 
 

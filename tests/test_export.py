@@ -281,3 +281,30 @@ def test_export_cli_refuses_quantizing_onnx(tmp_path, capsys):
         main(["--model-dir", str(tmp_path), "--format", "onnx", "--quantize", "int8"])
     assert stopped.value.code == 2
     assert "--quantize int8 applies to --format litert" in capsys.readouterr().err
+
+
+def test_int8_keeps_the_ham_in_float_and_runs(tmp_path):
+    """NMF's updates divide by C·DᵀD + eps, which int8 rounds to zero: quantized, LiteRT
+    stops at that DIV, which export_model reports at export time, naming the ham; by
+    default the ham stays float32 and the rest is int8."""
+    inputs = keras.Input((8, 8, 16))
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inputs)
+    x = context_block("ham_nmf", rank=4, name="ham")(x)
+    model = keras.Model(inputs, keras.layers.Conv2D(4, 1)(x))
+    rng = np.random.default_rng(0)
+    calibration = [rng.random((1, 8, 8, 16)).astype("float32") for _ in range(8)]
+    path = export_model(model, tmp_path / "model.tflite", format="litert", quantize="int8",
+                        representative_data=calibration)
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    ops_used = {op["op_name"] for op in interpreter._get_ops_details()}
+    assert {"QUANTIZE", "DEQUANTIZE", "DIV"} <= ops_used
+    x = rng.random((4, 8, 8, 16)).astype("float32")
+    expected = model.predict(x, verbose=0)
+    got = load_artifact(path, "litert")(x)
+    assert np.abs(got - expected).max() <= 0.1 * np.abs(expected).max()
+    with pytest.raises(ExportError, match=r"layer 'ham' \(Hamburger\).*DIV"):
+        export_model(model, tmp_path / "all.tflite", format="litert", quantize="int8",
+                     representative_data=calibration, float_layers=[])
+    assert not os.path.exists(tmp_path / "all.tflite")

@@ -96,6 +96,9 @@ def test_profile_rejects_unknown_mode():
     (["psf", "--batch", "-2"], "--batch: must be a positive integer"),
     (["sf-approx", "--steps", "1.5"], "--steps: must be a positive integer"),
     (["kanet", "--size", "x"], "--size: must be a positive integer"),
+    (["runtimes", "--batches", "0"], "--batches: must be a positive integer"),
+    (["runtimes", "--runtimes", "tensorrt"], "--runtimes: invalid choice: 'tensorrt'"),
+    (["runtimes", "--models", "resnet"], "--models: invalid choice: 'resnet'"),
 ])
 def test_bench_arguments_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
     from kctx.bench.__main__ import main
@@ -168,3 +171,23 @@ def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path):
     # NL: the two N×N products with C/2-wide embeddings dominate.
     assert rows["NL"]["macs"] >= 2 * n * n * (c // 2)
     assert "goal" not in completed.stdout  # no 128² row in this run
+
+
+def test_runtime_latency_runs_every_runtime_in_a_fresh_process():
+    """Each runtime of `kctx.bench runtimes` on a small ham, each in its own process (the
+    JAX row on the JAX backend); the table marks a runtime that failed."""
+    from kctx.bench.runtimes import format_table
+    from kctx.profile import RUNTIMES, runtime_latency
+
+    spec = {"block": "ham_nmf", "kwargs": {"rank": 4, "steps": 2}, "input_shape": [8, 8, 16]}
+    rows = []
+    for runtime in RUNTIMES:
+        row = runtime_latency(spec, runtime, batch=2, repeats=2, warmup=1, threads=1)
+        assert row["median_ms"] > 0 and row["min_ms"] <= row["median_ms"], runtime
+        assert (row["artifact_bytes"] is None) == runtime.startswith("keras"), runtime
+        rows.append(dict(row, model="ham", title="small ham", batch=2, runtime=runtime))
+    rows[-1] = dict(rows[-1], error="failed to invoke")
+    table = format_table(rows)
+    assert "Keras-JAX jit" in table and table.splitlines()[2].split()[-1] == "failed"
+    with pytest.raises(ValueError, match="Received: runtime='tensorrt'"):
+        runtime_latency(spec, "tensorrt", batch=1)

@@ -29,6 +29,10 @@ BENCHMARKS = {
         "kctx.bench.kanet",
         "Kronecker Attention Networks, Tables 2-4: params and MAdds of KANets and baselines",
     ),
+    "runtimes": (
+        "kctx.bench.runtimes",
+        "Inference latency in Keras-TF, XLA, JAX, ONNX Runtime, LiteRT fp32 and int8",
+    ),
     "retention": (
         "kctx.bench.retention",
         "Memory a process keeps per model built and fitted (sweeps of many models)",

@@ -109,6 +109,11 @@ class Hamburger(keras.layers.Layer):
             be ``None``.
         training: training mode (steps, batch-norm statistics, online update).
 
+    Full-int8 export (:func:`kctx.export.export_model`) keeps the ham in float32
+    (``quantize_int8 = False``): NMF's multiplicative updates divide by
+    C·DᵀD + eps, which int8 rounds to zero (LiteRT stops with "DIV failed to
+    invoke"), and K iterations would compound the rounding.
+
     Example:
 
     >>> inputs = keras.Input((None, None, 64))
@@ -121,6 +126,8 @@ class Hamburger(keras.layers.Layer):
         Decomposition?" ICLR 2021 — Eq. 5–7 (Hamburger), Alg. 1 (VQ),
         Alg. 2 (NMF), Alg. 3 / Eq. 14 (CD), Eq. 13 (one-step gradient).
     """
+
+    quantize_int8 = False  # kept in float32 by full-int8 export (see above)
 
     def __init__(
         self,

@@ -12,8 +12,11 @@ from kctx.profile.layer_profile import (
     profile_layer,
 )
 from kctx.profile.macs import count_graph_macs, count_macs
+from kctx.profile.runtimes import RUNTIME_NAMES, RUNTIMES, model_from_spec, runtime_latency
 
 __all__ = [
+    "RUNTIMES",
+    "RUNTIME_NAMES",
     "count_graph_macs",
     "count_macs",
     "count_params",
@@ -21,5 +24,7 @@ __all__ = [
     "measure_latency",
     "measure_peak_memory",
     "memory_kept_per_model",
+    "model_from_spec",
     "profile_layer",
+    "runtime_latency",
 ]

@@ -278,11 +278,11 @@ def memory_kept_per_model(block, models=60, shape=(8, 16, 16, 32), clear_session
             "kept_mb_per_model": round((readings[models] - readings[first]) / (models - first), 2)}
 
 
-def run_worker(task, request, timeout=None):
-    """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process."""
+def run_worker(task, request, timeout=None, backend="tensorflow"):
+    """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process on ``backend``."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["KERAS_BACKEND"] = "tensorflow"
+    env["KERAS_BACKEND"] = backend
     completed = subprocess.run(
         [sys.executable, "-m", "kctx.profile.worker", task],
         input=json.dumps(request),

@@ -36,6 +36,10 @@ def main(argv=None):
         )
     elif task == "retention":
         result = layer_profile.memory_kept_per_model(**request, isolate=False)
+    elif task == "runtime":
+        from kctx.profile.runtimes import runtime_latency
+
+        result = runtime_latency(**request, isolate=False)
     else:
         raise SystemExit(f"unknown task {task!r}")
     sys.stdout.write(layer_profile._RESULT_MARKER + json.dumps(result) + "\n")

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from kctx.export import FORMATS, QUANTIZATIONS, SUFFIXES, artifact_size, export_model, \
-    load_artifact
+    float_layer_names, load_artifact
 from kctx.training.records import write_json
 from kctx.training.runner import load_run
 
@@ -114,6 +114,11 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
                   quantize=quantize, bytes=artifact_size(path), export_seconds=round(seconds, 2),
                   examples=examples, max_abs_difference=difference,
                   max_relative_difference=difference / scale)
+    if quantize == "int8":
+        report["float_layers"] = float_layer_names(model)
+        if report["float_layers"]:
+            log(f"kept in float32 (int8 would divide by zero in their iterations): "
+                f"{', '.join(report['float_layers'])}")
     log(f"wrote {path} ({report['bytes'] / 1e6:.2f} MB); max |artifact - Keras| on {examples} "
         f"inputs of the {workflow.name} data: {difference:.3g} ({difference / scale:.3g} of the "
         f"largest output)")
