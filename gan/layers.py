@@ -26,22 +26,27 @@ class SpectralNormalization(keras.layers.SpectralNormalization):
 
 @keras.saving.register_keras_serializable(package="gan")
 class UpSampling2D(keras.layers.UpSampling2D):
-    """``keras.layers.UpSampling2D`` (nearest) as one nearest-neighbour resize.
+    """``keras.layers.UpSampling2D`` (nearest) as concatenations and reshapes.
 
-    Keras repeats rows and columns (``ops.repeat``), which loses the static height
+    Keras repeats rows and columns with ``ops.repeat``, which loses the static height
     and width when the batch size is unknown, so LiteRT's converter falls back to
     select-TF ``Conv2D`` ops that the LiteRT interpreter cannot run ("XNNPack
-    delegate failed to reshape"). An integer-factor nearest resize gives the same
-    values and keeps the shapes. Other settings run Keras's layer.
+    delegate failed to reshape"). Copies concatenated on a new axis and reshaped
+    give the same values, keep the shapes static, and differentiate under XLA (a
+    nearest resize would not: XLA has no ``ResizeNearestNeighborGrad``). Other
+    settings run Keras's layer.
     """
 
     def call(self, inputs):
-        height, width = (inputs.shape[1:3] if self.data_format == "channels_last"
-                         else (None, None))
-        if self.interpolation != "nearest" or height is None or width is None:
+        height, width, channels = (inputs.shape[1:4] if self.data_format == "channels_last"
+                                   else (None, None, None))
+        if self.interpolation != "nearest" or None in (height, width, channels):
             return super().call(inputs)
-        return ops.image.resize(inputs, (height * self.size[0], width * self.size[1]),
-                                interpolation="nearest")
+        rows, columns = self.size
+        x = ops.concatenate([inputs[:, :, :, None, :]] * columns, axis=3)  # (B, H, W, s, C)
+        x = ops.reshape(x, (-1, height, width * columns, channels))
+        x = ops.concatenate([x[:, :, None, :, :]] * rows, axis=2)  # (B, H, s, W·s, C)
+        return ops.reshape(x, (-1, height * rows, width * columns, channels))
 
 
 def spectral_norm(layer):
