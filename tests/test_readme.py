@@ -24,7 +24,7 @@ def test_exactly_two_setup_commands_and_ci_runs_the_second():
 
 
 def test_example_builds_and_trains():
-    (example,) = _blocks("python")
+    example, _ = _blocks("python")
     assert len(example.strip().splitlines()) <= 10
     namespace = {}
     exec(example, namespace)  # noqa: S102 - the README's own code
@@ -33,3 +33,18 @@ def test_example_builds_and_trains():
     history = model.fit(x, np.arange(4), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     assert isinstance(model, keras.Model)
+
+
+def test_export_example_runs_on_the_example_model(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("onnxruntime")
+    example, export = _blocks("python")
+    namespace = {}
+    exec(example, namespace)  # noqa: S102 - the README's own code
+    monkeypatch.chdir(tmp_path)
+    exec(export, namespace)  # noqa: S102
+    assert (tmp_path / "model.onnx").exists() and (tmp_path / "model_int8.tflite").exists()
+    images = namespace["images"]
+    np.testing.assert_allclose(namespace["logits"], namespace["model"].predict(images, verbose=0),
+                               rtol=1e-4, atol=1e-5)
