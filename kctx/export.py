@@ -99,8 +99,9 @@ def _litert_options(quantize, representative_data):
 
 
 def float_layer_names(model):
-    """Names of the layers that full-int8 export keeps in float32: those whose class
-    sets ``quantize_int8 = False`` (the hams), and everything inside them."""
+    """Names of the layers that full-int8 export keeps in float32 (every op in their
+    scope, their sublayers' included): those whose class sets ``quantize_int8 = False``
+    (the hams)."""
     return sorted(layer.name for layer in model._flatten_layers(include_self=False)
                   if not getattr(layer, "quantize_int8", True))
 
@@ -132,9 +133,7 @@ def _litert_int8(model, path, input_signature, representative_data, float_layers
             names = [interpreter._get_tensor_details(index, 0)["name"]
                      for op in interpreter._get_ops_details() for index in op["outputs"]]
             kept = set(float_layers)
-            denied = [name for name in names
-                      if any(re.sub(r"_\d+$", "", scope) in kept or scope in kept
-                             for scope in re.split(r"[/;]", name))]
+            denied = [name for name in names if not kept.isdisjoint(_scopes(name))]
             debugger = tf.lite.experimental.QuantizationDebugger(
                 converter=quantizing, debug_dataset=options["representative_dataset"],
                 debug_options=tf.lite.experimental.QuantizationDebugOptions(
@@ -229,16 +228,21 @@ def _remove(path):
         os.remove(path)
 
 
+def _scopes(op_name):
+    """The layer names an op's name may carry, outermost first: each scope of a
+    (possibly fused, ``;``-joined) TF node name, after itself without the ``_1`` suffix
+    TF adds to repeated scopes."""
+    names = []
+    for scope in re.split(r"[/;:]", op_name):
+        names += [re.sub(r"_\d+$", "", scope), scope]
+    return names
+
+
 def _layer_of(model, op_name):
     """The innermost layer of ``model`` whose name is a scope of ``op_name``."""
     layers = {layer.name: layer for layer in model._flatten_layers(include_self=False)}
-    found = None
-    for scope in re.split(r"[/;:]", op_name):
-        for name in (scope, re.sub(r"_\d+$", "", scope)):
-            if name in layers:
-                found = layers[name]
-                break
-    return found
+    found = [layers[name] for name in _scopes(op_name) if name in layers]
+    return found[-1] if found else None
 
 
 def _unsupported(model, format, op_name, op_type, detail=""):

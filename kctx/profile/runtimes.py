@@ -8,7 +8,7 @@ import tempfile
 import keras
 import numpy as np
 
-from kctx.profile.layer_profile import measure_latency, run_worker
+from kctx.profile.layer_profile import layer_from_spec, measure_latency, run_worker
 
 RUNTIMES = ("keras_tf", "keras_xla", "keras_jax", "onnxruntime", "litert", "litert_int8")
 RUNTIME_NAMES = {"keras_tf": "Keras-TF", "keras_xla": "Keras-TF XLA", "keras_jax": "Keras-JAX jit",
@@ -21,10 +21,8 @@ def model_from_spec(spec):
     ``"kctx.models:kanet"``, or a workflow's model builder, imported by name) or from
     ``{"block": name, "kwargs": {...}, "input_shape": [...]}`` (Input → the block)."""
     if "block" in spec:
-        from kctx.layers import context_block
-
         inputs = keras.Input(tuple(spec["input_shape"]))
-        return keras.Model(inputs, context_block(spec["block"], **spec.get("kwargs", {}))(inputs))
+        return keras.Model(inputs, layer_from_spec(spec)(inputs))
     module, function = spec["builder"].split(":")
     return getattr(importlib.import_module(module), function)(**spec.get("kwargs", {}))
 
