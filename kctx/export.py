@@ -106,13 +106,13 @@ def float_layer_names(model):
                   if not getattr(layer, "quantize_int8", True))
 
 
-def _litert_int8(model, path, input_signature, representative_data, float_layers):
+def _litert_int8(model, path, input_signature, options, float_layers):
     """Full-int8 LiteRT with the ops of ``float_layers`` left in float32 (TFLite's
-    quantization debugger's deny-list), via a SavedModel as Keras's own LiteRT export."""
+    quantization debugger's deny-list), via a SavedModel as Keras's own LiteRT export;
+    ``options`` are :func:`_litert_options`'s for int8."""
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
-    options = _litert_options("int8", representative_data)
     with tempfile.TemporaryDirectory() as folder:
         model.export(folder, format="tf_saved_model", input_signature=input_signature,
                      verbose=False)
@@ -207,7 +207,7 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         options = {"opset_version": 18}
     _remove(path)
     if quantize == "int8":
-        _litert_int8(model, path, input_signature, representative_data,
+        _litert_int8(model, path, input_signature, options,
                      float_layer_names(model) if float_layers is None else float_layers)
     else:
         model.export(path, format=format, input_signature=input_signature, verbose=False,
