@@ -87,14 +87,18 @@ def measure_peak_memory(function, *args):
     """Peak MB held while ``function(*args)`` runs (already traced and warmed up).
 
     Returns ``(megabytes, source)`` with source ``"allocator"`` (TensorFlow CPU
-    allocator peak) or ``"rss"`` (growth of the peak resident set).
+    allocator peak) or ``"rss"`` (growth of the peak resident set, used where the
+    allocator keeps no statistics or saw none of the call's tensors).
     """
     tf = _tf()
     try:
         tf.config.experimental.reset_memory_stats("CPU:0")
         function(*args)
         peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-        return peak / 2**20, "allocator"
+        if peak > 0:
+            return peak / 2**20, "allocator"
+        # Every tensor of the call went to the allocator's untracked small-size
+        # pool (or the inputs alias NumPy memory): fall through to the RSS.
     except ValueError:
         pass
     with open("/proc/self/clear_refs", "w") as f:
