@@ -13,7 +13,9 @@ import keras
 from classification.configs import CONFIGS, get_config, model_label
 from classification.data import evaluation_batches, split_examples, training_batches
 from kctx.models import insert_context_block, kanet_family_model, resnet50_positions
+from kctx.profile import count_macs
 from kctx.training import Schedule, Workflow, read_history, sgd
+from kctx.training.export import ArtifactModel
 
 
 def build_model(config):
@@ -169,8 +171,13 @@ class ClassificationWorkflow(Workflow):
         if not getattr(model, "compiled", False):  # a reloaded model without its compile config
             compile_model(model)
         scores = run.keras_evaluate(model, lambda context: self.eval_data(run, context))
-        return {"top1": float(scores["top1"]), "top5": float(scores["top5"]),
-                "loss": float(scores["loss"]), "eval_split": run.config.eval_split}
+        results = {"top1": float(scores["top1"]), "top5": float(scores["top5"]),
+                   "loss": float(scores["loss"]), "eval_split": run.config.eval_split}
+        if not isinstance(model, ArtifactModel):  # an exported artifact has no Keras graph
+            size = run.config.image_size
+            results["madds"] = int(count_macs(lambda x: model(x, training=False),
+                                              (1, size, size, 3)))
+        return results
 
     def summary(self, results):
         return (f"top-1 {results['top1']:.4f}, top-5 {results['top5']:.4f} on "

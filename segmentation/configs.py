@@ -32,6 +32,8 @@ class SegmentationConfig:
         steps: training steps.
         context: the head: aspp (DeepLabV3) or a context block between the head's two 3×3
             convs (a kctx.layers.context_block name; hams with HamNet's r = 64, K = 6).
+        context_options: arguments of the context block, e.g. {"rank": 16, "steps": 3,
+            "one_step_gradient": false} for a ham (none: the block's segmentation recipe).
         learning_rate: initial learning rate of the poly schedule.
         momentum: SGD momentum.
         weight_decay: decoupled weight decay on kernels.
@@ -63,6 +65,7 @@ class SegmentationConfig:
     batch_size: int
     steps: int
     context: str = "ham_nmf"
+    context_options: dict | None = None
     learning_rate: float = 0.009
     momentum: float = 0.9
     weight_decay: float = 1e-4

@@ -128,8 +128,8 @@ class _Scored:
 def build_model(config, replicas=1):
     """The segmenter of ``config`` (batch norm synchronised across several replicas)."""
     return segmenter(config.backbone, config.output_stride, config.context, config.num_classes,
-                     head_channels=config.head_channels, synchronized_batch_norm=replicas > 1,
-                     backbone_weights=config.backbone_weights)
+                     context_kwargs=config.context_options, head_channels=config.head_channels,
+                     synchronized_batch_norm=replicas > 1, backbone_weights=config.backbone_weights)
 
 
 def _location(run):

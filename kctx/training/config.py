@@ -11,6 +11,7 @@ are presets: ``--config NAME`` picks one and any flag overrides a field.
 import argparse
 import ast
 import dataclasses
+import json
 import math
 import re
 import types
@@ -69,8 +70,8 @@ def _field_type(config_class, field):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         optional = optional or len(args) < len(typing.get_args(hint))
         hint = args[0] if args else str
-    if typing.get_origin(hint) is tuple:
-        hint = tuple
+    if typing.get_origin(hint) in (tuple, dict):
+        hint = typing.get_origin(hint)
     return hint, optional
 
 
@@ -78,6 +79,19 @@ def _parser_for(name, base, optional):
     def parse(text):
         if optional and text.lower() == "none":
             return None
+        if base is dict:
+            try:  # JSON, or a Python literal
+                value = json.loads(text)
+            except ValueError:
+                try:
+                    value = ast.literal_eval(text)
+                except (ValueError, SyntaxError):
+                    value = None
+            if not isinstance(value, dict):
+                raise argparse.ArgumentTypeError(
+                    f"--{name.replace('_', '-')} takes a dict, e.g. "
+                    f"'{{\"rank\": 16, \"steps\": 3}}'. Received: {text!r}")
+            return value
         if base is tuple:
             try:
                 value = ast.literal_eval(text)

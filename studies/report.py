@@ -1,0 +1,295 @@
+"""Report a study: ``python -m studies.report NAME`` → ``studies/results/NAME.{json,md,png}``.
+
+Reads every finished cell of the study (``python -m studies.run``) and writes
+
+* ``NAME.json``: ``runs`` (one object per run: arm, seed, metrics, wall time,
+  config hash, package versions, git commit, machine) and ``arms`` (per arm
+  and metric: n, mean, sd, 95% t interval; per quality metric the paired
+  difference against the arm's baseline with its interval and paired t-test);
+* ``NAME.md``: the same as tables (mean ± sd [95% CI]; Δ vs the baseline
+  [95% CI], p), with the commands that reproduce it;
+* ``NAME.png``: per quality metric, each seed's value and each arm's mean
+  with its interval.
+
+Arms with fewer than two finished seeds get means only. A report of a
+partial study says which cells are missing.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+from studies import stats
+from studies.definitions import STUDIES, get_study
+from studies.run import DEFAULT_RUNS_DIR, cell_state, cells
+from studies.study import CELL_FILE, config_hash
+
+DEFAULT_OUTPUT_DIR = "studies/results"
+CONFIDENCE = 0.95
+
+
+def collect(study, runs_dir=DEFAULT_RUNS_DIR):
+    """The finished cells of ``study`` (any seed found on disk), in arm then seed order."""
+    runs = []
+    for arm in study.arms:
+        arm_dir = pathlib.Path(runs_dir) / study.name / arm.name
+        seeds = sorted(int(p.name[4:]) for p in arm_dir.glob("seed*")
+                       if p.name[4:].isdigit() and (p / CELL_FILE).exists())
+        for seed in seeds:
+            directory = study.cell_dir(runs_dir, arm, seed)
+            record = json.loads((directory / "run.json").read_text())
+            cell = json.loads((directory / CELL_FILE).read_text())
+            timing = json.loads((directory / "timing.json").read_text())
+            runs.append({
+                "arm": arm.name, "seed": seed,
+                "run_dir": str(directory),
+                "metrics": {metric.name: metric.read(directory) for metric in study.metrics},
+                "wall_seconds": cell["total_wall_seconds"],
+                "train_seconds": timing.get("train_seconds"),
+                "resumed": cell.get("resumed", False),
+                "config_hash": config_hash(record["config"]),
+                "config": record["config"],
+                "versions": record.get("versions", {}),
+                "git": record.get("git", {}),
+                "machine": cell.get("machine", {}),
+                "command": cell["commands"]["train"],
+            })
+    return runs
+
+
+def summarize(study, runs, confidence=CONFIDENCE):
+    """Per arm: each metric's :func:`stats.describe` and, for quality metrics, the
+    :func:`stats.paired` comparison with the arm's baseline."""
+    values = {arm.name: {m.name: {} for m in study.metrics} for arm in study.arms}
+    for run in runs:
+        for name, value in run["metrics"].items():
+            values[run["arm"]][name][run["seed"]] = value
+    arms = {}
+    for arm in study.arms:
+        baseline = study.baseline_of(arm)
+        seeds = sorted({r["seed"] for r in runs if r["arm"] == arm.name})
+        entry = {"label": arm.label or arm.name, "seeds": seeds, "n": len(seeds),
+                 "overrides": {**study.overrides, **arm.overrides},
+                 "baseline": baseline.name if baseline else None,
+                 "metrics": {m.name: stats.describe(
+                     [values[arm.name][m.name][s] for s in seeds], confidence)
+                     for m in study.metrics},
+                 "vs_baseline": {}}
+        if baseline:
+            for metric in study.metrics:
+                if metric.better:
+                    entry["vs_baseline"][metric.name] = stats.paired(
+                        values[arm.name][metric.name], values[baseline.name][metric.name],
+                        confidence)
+        arms[arm.name] = entry
+    return arms
+
+
+def _fmt(value, digits):
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}" if abs(value) >= 1000 and digits == 0 else f"{value:.{digits}f}"
+
+
+def _cell(summary, digits, interval=True):
+    if summary["mean"] is None:
+        return "–"
+    text = _fmt(summary["mean"], digits)
+    if summary["sd"] is not None and not interval:
+        return text + (f" ± {_fmt(summary['sd'], digits)}" if summary["sd"] > 0 else "")
+    if summary["sd"] is not None:
+        text += (f" ± {_fmt(summary['sd'], digits)} "
+                 f"[{_fmt(summary['ci_low'], digits)}, {_fmt(summary['ci_high'], digits)}]")
+    return text
+
+
+def _verdict(metric, comparison):
+    if comparison["significant"] is None:
+        return "too few pairs"
+    if not comparison["significant"]:
+        return "no significant difference"
+    higher = comparison["mean_diff"] > 0
+    return "better" if higher == (metric.better == "higher") else "worse"
+
+
+def _common(runs, key):
+    found = {json.dumps(run[key], sort_keys=True) for run in runs}
+    return json.loads(found.pop()) if len(found) == 1 else None
+
+
+def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
+    level = f"{confidence:.0%}"
+    lines = [f"# Study `{study.name}`", "", study.description.strip(), "",
+             f"Workflow `{study.workflow}`, config `{study.config}`"
+             + (f" with {_flags(study.overrides)}" if study.overrides else "")
+             + f"; deterministic mode; {len(runs)} runs. Quality metrics: mean ± sd [{level} "
+             "t-interval] over seeds (costs: mean ± sd); Δ = arm − baseline over the same seeds (same data order), with its "
+             f"{level} interval and the paired t-test's p.", ""]
+    versions = _common(runs, "versions")
+    if versions:
+        lines += ["Packages: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", ""]
+    else:
+        lines += ["**The runs were made with different package versions** (see the JSON).", ""]
+    processors = sorted({run["machine"].get("processor", "?") for run in runs})
+    lines += [f"CPU: {'; '.join(processors)}.", ""]
+    if missing:
+        lines += [f"**Partial study**: {len(missing)} cell(s) not finished: "
+                  + ", ".join(f"{arm} seed {seed}" for arm, seed in missing) + ".", ""]
+    lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`):", "", "```",
+              f"python -m studies.run {study.name} --seeds {_seeds(study.seeds)} --jobs 2",
+              f"python -m studies.report {study.name}", "```", ""]
+    lines += ["## Per arm", "", "| arm | setting | n | "
+              + " | ".join(m.label for m in study.metrics) + " |",
+              "|---|---|---|" + "---|" * len(study.metrics)]
+    for arm in study.arms:
+        entry = arms[arm.name]
+        lines.append(f"| {entry['label']} | {_flags(arm.overrides) or '–'} | {entry['n']} | "
+                     + " | ".join(_cell(entry["metrics"][m.name], m.digits, bool(m.better))
+                                  for m in study.metrics) + " |")
+    quality = [m for m in study.metrics if m.better]
+    if quality:
+        lines += ["", "## Paired differences against the baseline", "",
+                  f"| arm | baseline | metric | Δ mean [{level} CI] | p | n | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for arm in study.arms:
+            entry = arms[arm.name]
+            for metric in quality:
+                comparison = entry["vs_baseline"].get(metric.name)
+                if not comparison:
+                    continue
+                interval = (f" [{_fmt(comparison['ci_low'], metric.digits)}, "
+                            f"{_fmt(comparison['ci_high'], metric.digits)}]"
+                            if comparison["ci_low"] is not None else "")
+                p = "–" if comparison["p"] is None else f"{comparison['p']:.3g}"
+                lines.append(
+                    f"| {entry['label']} | {arms[entry['baseline']]['label']} | {metric.label} "
+                    f"| {_fmt(comparison['mean_diff'], metric.digits)}{interval} | {p} | "
+                    f"{comparison['n']} | {_verdict(metric, comparison)} |")
+    lines += ["", "## Runs", "", "| arm | seed | " + " | ".join(m.label for m in study.metrics)
+              + " | wall s | config hash |", "|---|---|" + "---|" * (len(study.metrics) + 2)]
+    for run in runs:
+        metric_digits = {m.name: m.digits for m in study.metrics}
+        lines.append(f"| {arms[run['arm']]['label']} | {run['seed']} | "
+                     + " | ".join(_fmt(run["metrics"][name], metric_digits[name])
+                                  for name in run["metrics"])
+                     + f" | {run['wall_seconds']:.0f} | `{run['config_hash']}` |")
+    lines += ["", f"Run folders: `{runs_dir}/{study.name}/ARM/seedK`.", ""]
+    return "\n".join(lines)
+
+
+def _flags(overrides):
+    from studies.study import config_flags
+
+    flags = config_flags(overrides)
+    return f"`{' '.join(flags)}`" if flags else ""
+
+
+def _seeds(seeds):
+    seeds = list(seeds)
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(s) for s in seeds)
+
+
+def plot(study, runs, arms, path):
+    """Per quality metric: each seed's value (dots) and each arm's mean with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    quality = [m for m in study.metrics if m.better]
+    if not quality:
+        return None
+    figure, axes = plt.subplots(1, len(quality), figsize=(max(4.0, 0.9 * len(study.arms) + 1.5)
+                                                          * len(quality), 3.6), squeeze=False)
+    for axis, metric in zip(axes[0], quality):
+        for position, arm in enumerate(study.arms):
+            points = [(r["seed"], r["metrics"][metric.name]) for r in runs
+                      if r["arm"] == arm.name and r["metrics"][metric.name] is not None]
+            if points:
+                offsets = [position - 0.15 + 0.3 * k / max(1, len(points) - 1)
+                           for k in range(len(points))]
+                axis.scatter(offsets, [v for _, v in points], s=12, color="0.55", zorder=2)
+            summary = arms[arm.name]["metrics"][metric.name]
+            if summary["mean"] is not None:
+                error = None
+                if summary["ci_low"] is not None:
+                    error = [[summary["mean"] - summary["ci_low"]],
+                             [summary["ci_high"] - summary["mean"]]]
+                axis.errorbar([position + 0.3], [summary["mean"]], yerr=error, fmt="o",
+                              color="C0" if study.baseline_of(arm) else "C3", capsize=4,
+                              zorder=3)
+        axis.set_xticks(range(len(study.arms)))
+        axis.set_xticklabels([arms[a.name]["label"] for a in study.arms], rotation=30,
+                             ha="right")
+        axis.set_title(f"{metric.label} ({metric.better} is better)")
+        axis.grid(axis="y", alpha=0.3)
+    figure.suptitle(f"{study.name}: seeds (grey), mean and {CONFIDENCE:.0%} CI "
+                    "(baseline in red)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=True):
+    """Write ``NAME.json``, ``NAME.md`` (and ``NAME.png``) to ``output_dir``; returns the
+    report dict (also the JSON's content)."""
+    from kctx.training.records import write_json, write_text
+
+    runs = collect(study, runs_dir)
+    if not runs:
+        raise FileNotFoundError(f"no finished cell of {study.name!r} in "
+                                f"{pathlib.Path(runs_dir) / study.name}: run "
+                                f"`python -m studies.run {study.name}` first")
+    arms = summarize(study, runs)
+    missing = [(arm.name, seed) for arm, seed in cells(study)
+               if cell_state(study, runs_dir, arm, seed) != "finished"]
+    output_dir = pathlib.Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    result = {
+        "study": study.name, "workflow": study.workflow, "config": study.config,
+        "description": study.description.strip(), "baseline": study.baseline,
+        "seeds": list(study.seeds), "overrides": study.overrides,
+        "evaluations": {e.name: e.overrides for e in study.evaluations},
+        "metrics": {m.name: {"label": m.label, "better": m.better} for m in study.metrics},
+        "confidence": CONFIDENCE, "missing": [list(cell) for cell in missing],
+        "arms": arms, "runs": runs,
+    }
+    write_json(output_dir / f"{study.name}.json", result)
+    write_text(output_dir / f"{study.name}.md",
+               markdown(study, runs, arms, runs_dir, missing))
+    if png:
+        plot(study, runs, arms, output_dir / f"{study.name}.png")
+    return result
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = argparse.ArgumentParser(prog="python -m studies.report",
+                                     description=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", choices=sorted(STUDIES), metavar="NAME",
+                        help="the study: " + ", ".join(sorted(STUDIES)))
+    parser.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
+                        help=f"where the run folders are (default {DEFAULT_RUNS_DIR})")
+    parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                        help=f"where the report goes (default {DEFAULT_OUTPUT_DIR})")
+    args = parser.parse_args(argv)
+    study = get_study(args.name)
+    try:
+        result = report(study, args.runs_dir, args.output_dir)
+    except FileNotFoundError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    output = pathlib.Path(args.output_dir) / study.name
+    print((output.with_suffix(".md")).read_text())
+    print(f"wrote {output}.json, .md, .png ({len(result['runs'])} runs, "
+          f"{len(result['missing'])} missing)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Run a study's missing cells: ``python -m studies.run NAME [--seeds 0-4] [--arm A] [--jobs 2]``.
+
+Each cell (one arm at one seed) is the workflow's own command line in
+deterministic mode (single-threaded TensorFlow without oneDNN, op
+determinism: bit-identical on a machine with the same package versions),
+in its own run folder ``RUNS_DIR/NAME/ARM/seedK``, followed by the study's
+evaluations. Finished cells are skipped and an interrupted one resumes from
+its newest checkpoint, so an interrupted study continues where it stopped.
+``--jobs 2`` runs two single-threaded cells side by side (one per core).
+Cells run seed by seed (every arm at seed 0, then seed 1, ...), so a partial
+study already holds complete pairs.
+
+Examples:
+    python -m studies.run segmentation-digits --jobs 2
+    python -m studies.run segmentation-digits --arm aspp --seeds 3
+    python -m studies.run segmentation-digits --list
+"""
+
+import argparse
+import concurrent.futures
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+from studies.definitions import STUDIES, get_study
+from studies.study import CELL_FILE, parse_seeds
+
+DEFAULT_RUNS_DIR = "runs/studies"
+
+
+class CellError(RuntimeError):
+    """A workflow command of a cell failed."""
+
+
+def cell_state(study, runs_dir, arm, seed):
+    """``"finished"``, ``"partial"`` (a run folder without its study record) or ``"missing"``."""
+    directory = study.cell_dir(runs_dir, arm, seed)
+    if (directory / CELL_FILE).exists():
+        return "finished"
+    return "partial" if (directory / "run.json").exists() else "missing"
+
+
+def cells(study, arms=None, seeds=None):
+    """``(arm, seed)`` pairs, seed by seed, in the study's arm order."""
+    chosen = [study.arm(name) for name in arms] if arms else list(study.arms)
+    return [(arm, seed) for seed in (seeds if seeds is not None else study.seeds)
+            for arm in chosen]
+
+
+def _processor():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def run_cell(study, arm, seed, runs_dir, python=None):
+    """Run (or resume) one cell and write its ``study-cell.json``; returns that record.
+
+    Raises:
+        CellError: a command failed (its output is in ``study-<step>.log`` in the
+            run folder; the cell stays unfinished and resumes next time).
+    """
+    from kctx.training.records import write_json
+    from kctx.training.runner import DETERMINISTIC_ENVIRONMENT
+
+    python = python or sys.executable
+    directory = study.cell_dir(runs_dir, arm, seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    resumed = (directory / "run.json").exists()
+    environment = {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    steps = [("train", study.train_command(arm, seed, directory))]
+    steps += [(f"evaluation-{e.name}", study.evaluate_command(e, directory))
+              for e in study.evaluations]
+    walls = {}
+    for name, command in steps:
+        if name != "train" and (directory / f"{name}.json").exists():
+            continue  # an evaluation finished before an interruption
+        start = time.perf_counter()
+        log = directory / f"study-{name}.log"
+        with open(log, "a") as out:
+            out.write(f"$ {python} {' '.join(command)}\n")
+            out.flush()
+            status = subprocess.run([python, *command], stdout=out, stderr=subprocess.STDOUT,
+                                    env=environment).returncode
+        if status:
+            tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+            raise CellError(f"{study.name} {arm.name} seed {seed}: `{name}` exited with status "
+                            f"{status} (log: {log}):\n{tail}")
+        walls[name] = round(time.perf_counter() - start, 2)
+    record = {
+        "study": study.name, "arm": arm.name, "seed": seed, "workflow": study.workflow,
+        "config": arm.config or study.config, "overrides": {**study.overrides, **arm.overrides},
+        "commands": {name: ["python", *command] for name, command in steps},
+        "wall_seconds": walls, "total_wall_seconds": round(sum(walls.values()), 2),
+        "resumed": resumed, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"node": platform.node(), "processor": _processor(),
+                    "cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    write_json(directory / CELL_FILE, record)
+    return record
+
+
+def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, log=print):
+    """Run the missing cells of ``study`` (``jobs`` at a time); returns the failures
+    as ``[(arm, seed, error)]``."""
+    todo = [(arm, seed) for arm, seed in cells(study, arms, seeds)
+            if cell_state(study, runs_dir, arm, seed) != "finished"]
+    total = len(cells(study, arms, seeds))
+    log(f"{study.name}: {total - len(todo)} of {total} cells finished, {len(todo)} to run "
+        f"({jobs} at a time) in {pathlib.Path(runs_dir) / study.name}", flush=True)
+    failures, lock, done = [], threading.Lock(), [0]
+
+    def one(arm, seed):
+        start = time.perf_counter()
+        try:
+            run_cell(study, arm, seed, runs_dir)
+            message = f"finished in {time.perf_counter() - start:.0f} s"
+        except CellError as error:
+            failures.append((arm.name, seed, str(error)))
+            message = f"FAILED: {error}"
+        with lock:
+            done[0] += 1
+            log(f"[{done[0]}/{len(todo)}] {arm.name} seed {seed}: {message}", flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(one, arm, seed) for arm, seed in todo]:
+            future.result()
+    return failures
+
+
+def _positive_int(text):
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer. Received: {text!r}")
+    return value
+
+
+def parser():
+    result = argparse.ArgumentParser(
+        prog="python -m studies.run", description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    result.add_argument("name", choices=sorted(STUDIES), metavar="NAME",
+                        help="the study: " + ", ".join(sorted(STUDIES)))
+    result.add_argument("--seeds", help="seeds to run, e.g. 0-4, 3 or 0,2 (default: the "
+                        "study's)")
+    result.add_argument("--arm", action="append", help="run only this arm (repeatable)")
+    result.add_argument("--jobs", type=_positive_int, default=1,
+                        help="cells run side by side, each single-threaded (default 1)")
+    result.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
+                        help=f"where the run folders go (default {DEFAULT_RUNS_DIR})")
+    result.add_argument("--list", action="store_true",
+                        help="print each cell's state and command, run nothing")
+    return result
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = parser().parse_args(argv)
+    study = get_study(args.name)
+    try:
+        seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+        chosen = cells(study, args.arm, seeds)
+    except ValueError as error:
+        parser().error(str(error))
+    if args.list:
+        for arm, seed in chosen:
+            directory = study.cell_dir(args.runs_dir, arm, seed)
+            print(f"{cell_state(study, args.runs_dir, arm, seed):8s} {arm.name} seed {seed}: "
+                  f"python {' '.join(study.train_command(arm, seed, directory))}")
+        return 0
+    failures = run_study(study, args.runs_dir, args.arm, seeds, args.jobs)
+    if failures:
+        print(f"{len(failures)} cell(s) failed; rerun the same command to retry them.",
+              file=sys.stderr)
+        return 1
+    print(f"done: python -m studies.report {study.name}"
+          + (f" --runs-dir {args.runs_dir}" if args.runs_dir != DEFAULT_RUNS_DIR else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

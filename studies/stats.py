@@ -1,0 +1,72 @@
+"""Statistics over seeds: means with t confidence intervals, and paired differences.
+
+With n seeds per arm, the 95% confidence interval of the mean is
+``mean ± t(0.975; n−1) · sd / √n`` (sd with n − 1 in the denominator). Two
+arms run with the same seeds see the same data order and initial-weight
+seed, so they are compared through the per-seed differences d_k = a_k − b_k:
+the interval of their mean, and the paired t-test of "mean difference = 0"
+(two-sided). A difference is *significant* when its interval excludes zero
+(equivalently p < 1 − confidence).
+"""
+
+import math
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+
+def _t_quantile(confidence, n):
+    return float(scipy_stats.t.ppf((1.0 + confidence) / 2.0, n - 1))
+
+
+def describe(values, confidence=0.95):
+    """Mean, sd and the t interval of the mean of ``values`` (``None`` entries are dropped).
+
+    Returns a dict with ``n``, ``mean``, ``sd``, ``ci_low``, ``ci_high``
+    (``None`` where undefined: no values, or one value for sd and the interval).
+    """
+    x = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    n = int(x.size)
+    result = {"n": n, "mean": None, "sd": None, "ci_low": None, "ci_high": None}
+    if n == 0:
+        return result
+    result["mean"] = float(x.mean())
+    if n > 1:
+        sd = float(x.std(ddof=1))
+        half = _t_quantile(confidence, n) * sd / math.sqrt(n)
+        result.update(sd=sd, ci_low=result["mean"] - half, ci_high=result["mean"] + half)
+    return result
+
+
+def paired(values, baseline_values, confidence=0.95):
+    """The paired comparison of two arms: ``values`` and ``baseline_values`` are
+    ``{seed: value}``; seeds missing or ``None`` in either are left out.
+
+    Returns a dict with ``n`` (pairs), ``seeds``, ``mean_diff`` (arm − baseline),
+    ``sd_diff``, ``ci_low``, ``ci_high``, ``t``, ``p`` (two-sided paired
+    t-test) and ``significant`` (the interval excludes 0); ``None`` where
+    undefined (fewer than two pairs).
+    """
+    seeds = sorted(s for s in values if values[s] is not None
+                   and baseline_values.get(s) is not None)
+    d = np.asarray([values[s] - baseline_values[s] for s in seeds], dtype=np.float64)
+    n = int(d.size)
+    result = {"n": n, "seeds": seeds, "mean_diff": float(d.mean()) if n else None,
+              "sd_diff": None, "ci_low": None, "ci_high": None, "t": None, "p": None,
+              "significant": None}
+    if n < 2:
+        return result
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:  # every seed gives the same difference: no spread to test against
+        t = 0.0 if mean == 0.0 else None  # ±infinity, which JSON cannot hold
+        p = 1.0 if mean == 0.0 else 0.0
+        low = high = mean
+    else:
+        se = sd / math.sqrt(n)
+        t = mean / se
+        p = float(2.0 * scipy_stats.t.sf(abs(t), n - 1))
+        half = _t_quantile(confidence, n) * se
+        low, high = mean - half, mean + half
+    result.update(sd_diff=sd, ci_low=low, ci_high=high, t=t, p=p,
+                  significant=bool(low > 0.0 or high < 0.0))
+    return result

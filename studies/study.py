@@ -1,0 +1,214 @@
+"""What a study is: a named grid of arms × seeds run through a workflow's own CLI.
+
+A :class:`Study` names a workflow and one of its configs; each :class:`Arm`
+is that config with some fields overridden (the same ``--field value`` flags
+a user would type). A *cell* is one arm at one seed: one
+``python -m <workflow>.train ... --seed k --deterministic`` run in its own run
+folder ``<runs_dir>/<study>/<arm>/seed<k>``, then the study's extra
+:class:`Evaluation` s (``python -m <workflow>.evaluate``) of that run. A cell
+is finished when ``study-cell.json`` is in its folder (written last); an
+unfinished one is resumed by the runner from its newest checkpoint when the
+same command runs again.
+
+Seed k of every arm sees the same data order (the workflows' step-indexed
+streams are seeded by the run's seed alone), so arms are compared seed by
+seed (:func:`studies.stats.paired`).
+"""
+
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+
+CELL_FILE = "study-cell.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One setting of a study.
+
+    Args:
+        name: the arm's name (a folder name: letters, digits, ``-``, ``_``, ``.``).
+        overrides: config fields and their values (``{"context": "aspp"}``), passed
+            as the workflow's ``--field value`` flags.
+        config: the workflow config this arm starts from (default: the study's).
+        baseline: the arm this one is compared with seed by seed (default: the
+            study's baseline; an arm is never compared with itself).
+        label: the name shown in tables and plots (default ``name``).
+    """
+
+    name: str
+    overrides: dict = dataclasses.field(default_factory=dict)
+    config: str | None = None
+    baseline: str | None = None
+    label: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """A re-scoring of each finished run: ``python -m <workflow>.evaluate --model-dir
+    RUN --output RUN/evaluation-<name>.json`` with ``overrides`` as flags."""
+
+    name: str
+    overrides: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A number read from a finished cell's folder.
+
+    Args:
+        name: its key in the report.
+        label: its column title.
+        file: the JSON file it is read from (``results.json``, ``timing.json``,
+            ``evaluation-<name>.json``).
+        key: the key in that file.
+        better: ``"higher"`` or ``"lower"`` for a quality metric (compared
+            between arms, seed by seed), ``None`` for a descriptive one
+            (parameters, step time).
+        digits: decimals in the Markdown tables.
+        reached: for ``key="first_step_reaching"``: the first training step
+            whose ``history.csv`` column ``file`` reaches this value (``None``
+            where it never did).
+    """
+
+    name: str
+    label: str
+    file: str
+    key: str
+    better: str | None = None
+    digits: int = 4
+    reached: float | None = None
+
+    def read(self, directory):
+        directory = pathlib.Path(directory)
+        if self.key == "first_step_reaching":
+            return first_step_reaching(directory / "history.csv", self.file, self.reached)
+        with open(directory / self.file) as f:
+            value = json.load(f).get(self.key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value if math.isfinite(value) else None
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A named grid of arms × seeds over one workflow.
+
+    Args:
+        name: the study's name (``python -m studies.run NAME``).
+        workflow: ``gan``, ``segmentation``, ``classification`` or ``sequence``.
+        config: the workflow config every arm starts from.
+        arms: the :class:`Arm` s.
+        baseline: the arm the others are compared with.
+        seeds: the seeds run by default.
+        metrics: the :class:`Metric` s reported.
+        overrides: config fields set for every arm (e.g. fewer steps than the
+            config's, or no prediction PNGs).
+        evaluations: extra :class:`Evaluation` s of every run.
+        description: what the study asks, and the paper claim it tests.
+    """
+
+    name: str
+    workflow: str
+    config: str
+    arms: tuple
+    baseline: str
+    seeds: tuple = (0, 1, 2, 3, 4)
+    metrics: tuple = ()
+    overrides: dict = dataclasses.field(default_factory=dict)
+    evaluations: tuple = ()
+    description: str = ""
+
+    def __post_init__(self):
+        names = [arm.name for arm in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"study {self.name!r}: arm names repeat. Received: {names}")
+        for arm in self.arms:
+            if (arm.baseline or self.baseline) not in names:
+                raise ValueError(f"study {self.name!r}: arm {arm.name!r} is compared with "
+                                 f"{arm.baseline or self.baseline!r}, which is not an arm. "
+                                 f"Valid: {', '.join(names)}")
+
+    def arm(self, name):
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise ValueError(f"study {self.name!r} has no arm {name!r}. "
+                         f"Valid: {', '.join(a.name for a in self.arms)}")
+
+    def baseline_of(self, arm):
+        """The arm ``arm`` is compared with, or ``None`` for a baseline itself."""
+        baseline = arm.baseline or self.baseline
+        return None if baseline == arm.name else self.arm(baseline)
+
+    def cell_dir(self, runs_dir, arm, seed):
+        return pathlib.Path(runs_dir) / self.name / arm.name / f"seed{seed}"
+
+    def train_command(self, arm, seed, model_dir):
+        """The workflow CLI call of one cell (without the interpreter)."""
+        overrides = {**self.overrides, **arm.overrides}
+        return ["-m", f"{self.workflow}.train", "--config", arm.config or self.config,
+                *config_flags(overrides), "--seed", str(seed), "--deterministic",
+                "--verbose", "0", "--model-dir", str(model_dir)]
+
+    def evaluate_command(self, evaluation, model_dir):
+        return ["-m", f"{self.workflow}.evaluate", "--model-dir", str(model_dir),
+                "--output", str(pathlib.Path(model_dir) / f"evaluation-{evaluation.name}.json"),
+                *config_flags(evaluation.overrides)]
+
+
+def config_flags(overrides):
+    """``{"eval_flip": True, "scale_range": (0.5, 2)}`` → the workflow CLI's flags."""
+    flags = []
+    for field, value in overrides.items():
+        flag = "--" + field.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + field.replace("_", "-"))
+        elif value is None:
+            flags += [flag, "none"]
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
+        elif isinstance(value, (tuple, list)):
+            flags += [flag, ",".join(str(item) for item in value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def first_step_reaching(history_file, column, target):
+    """The first ``step`` of ``history.csv`` whose ``column`` is >= ``target`` (or None)."""
+    with open(history_file, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get(column) not in (None, "") and float(row[column]) >= target:
+                return int(row["step"])
+    return None
+
+
+def config_hash(config):
+    """A short hash of a resolved config (``run.json``'s ``config``), to tell settings apart."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def parse_seeds(text):
+    """``"0-4"``, ``"3"``, ``"0,2,5-7"`` → a sorted tuple of seeds."""
+    seeds = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                low, high = (int(v) for v in part.split("-", 1))
+                if low > high:
+                    raise ValueError
+                seeds.update(range(low, high + 1))
+            else:
+                seeds.add(int(part))
+        except ValueError:
+            raise ValueError("seeds are integers >= 0, ranges and commas, e.g. 0-4 or 0,2,5-7. "
+                             f"Received: {text!r}") from None
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"seeds are integers >= 0. Received: {text!r}")
+    return tuple(sorted(seeds))
