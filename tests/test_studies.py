@@ -1,0 +1,236 @@
+"""Studies: statistics against SciPy, study definitions against the workflows' CLIs,
+reports of fabricated runs, and the smoke study run for real (resume, bit-identical repeats)."""
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from studies import STUDIES, Arm, Metric, Study, describe, paired
+from studies.report import report
+from studies.study import config_flags, parse_seeds
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_describe_matches_scipy(n):
+    x = np.random.default_rng(n).normal(0.6, 0.05, n)
+    result = describe(list(x))
+    low, high = scipy_stats.t.interval(0.95, n - 1, loc=x.mean(), scale=scipy_stats.sem(x))
+    assert result["n"] == n
+    np.testing.assert_allclose(result["mean"], x.mean(), rtol=1e-12)
+    np.testing.assert_allclose(result["sd"], x.std(ddof=1), rtol=1e-12)
+    np.testing.assert_allclose([result["ci_low"], result["ci_high"]], [low, high], rtol=1e-10)
+
+
+def test_describe_drops_missing_values_and_has_no_interval_for_one():
+    assert describe([0.5, None, 0.7])["n"] == 2
+    one = describe([0.5, None])
+    assert one["mean"] == 0.5 and one["sd"] is None and one["ci_low"] is None
+    assert describe([])["mean"] is None
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_paired_matches_scipy_ttest_rel(n):
+    rng = np.random.default_rng(10 + n)
+    base = rng.normal(0.5, 0.05, n)
+    arm = base + rng.normal(0.02, 0.01, n)
+    result = paired(dict(enumerate(arm)), dict(enumerate(base)))
+    reference = scipy_stats.ttest_rel(arm, base)
+    interval = reference.confidence_interval(0.95)
+    np.testing.assert_allclose(result["mean_diff"], (arm - base).mean(), rtol=1e-12)
+    np.testing.assert_allclose(result["t"], reference.statistic, rtol=1e-10)
+    np.testing.assert_allclose(result["p"], reference.pvalue, rtol=1e-10)
+    np.testing.assert_allclose([result["ci_low"], result["ci_high"]],
+                               [interval.low, interval.high], rtol=1e-10)
+    assert result["significant"] == (reference.pvalue < 0.05)
+
+
+def test_paired_uses_only_seeds_both_arms_have():
+    arm = {0: 0.7, 1: 0.8, 2: 0.75, 3: None}
+    base = {0: 0.6, 1: 0.7, 3: 0.6, 4: 0.5}
+    result = paired(arm, base)
+    assert result["seeds"] == [0, 1] and result["n"] == 2
+    np.testing.assert_allclose(result["mean_diff"], 0.1)
+    assert result["sd_diff"] == pytest.approx(0.0, abs=1e-15)
+    # Equal differences on every seed: no spread to test against, the interval is the point.
+    same = paired({0: 1.0, 1: 2.0}, {0: 0.5, 1: 1.5})
+    assert same["p"] == 0.0 and same["significant"] and same["ci_low"] == same["ci_high"] == 0.5
+    assert paired({0: 1.0}, {0: 0.5})["p"] is None
+
+
+def test_parse_seeds():
+    assert parse_seeds("0-4") == (0, 1, 2, 3, 4)
+    assert parse_seeds("3") == (3,)
+    assert parse_seeds("5,0-1,1") == (0, 1, 5)
+    for text in ("a", "4-2", "-1", "1-"):
+        with pytest.raises(ValueError, match="seeds"):
+            parse_seeds(text)
+
+
+def test_config_flags():
+    assert config_flags({"eval_flip": True, "cache": False, "ema_decay": None,
+                         "scale_range": (0.5, 2.0), "context_options": {"rank": 8},
+                         "steps": 10}) == [
+        "--eval-flip", "--no-cache", "--ema-decay", "none", "--scale-range", "0.5,2.0",
+        "--context-options", '{"rank": 8}', "--steps", "10"]
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_cell_is_a_valid_command_of_its_workflow(name):
+    """Each arm's flags parse with the workflow's own CLI into the config they mean, and
+    every evaluation's flags parse with its evaluate CLI."""
+    from kctx.training.cli import evaluate_parser, train_parser
+    from kctx.training.config import config_overrides
+
+    study = STUDIES[name]
+    workflow = importlib.import_module(f"{study.workflow}.workflow").WORKFLOW
+    for arm in study.arms:
+        command = study.train_command(arm, 3, "/tmp/x")
+        assert command[:2] == ["-m", f"{study.workflow}.train"]
+        args = train_parser(workflow).parse_args(command[2:])
+        assert args.seed == 3 and args.deterministic and args.model_dir == "/tmp/x"
+        config = workflow.config(args.config, **config_overrides(args, workflow.config_class))
+        for field, value in {**study.overrides, **arm.overrides}.items():
+            assert getattr(config, field) == (tuple(value) if isinstance(value, list)
+                                              else value), (arm.name, field)
+    for evaluation in study.evaluations:
+        command = study.evaluate_command(evaluation, "/tmp/x")
+        args = evaluate_parser(workflow).parse_args(command[2:])
+        assert config_overrides(args, workflow.config_class) == evaluation.overrides
+    for metric in study.metrics:
+        if metric.file.startswith("evaluation-"):
+            assert metric.file[len("evaluation-"):-len(".json")] in {
+                e.name for e in study.evaluations}, metric.name
+
+
+def test_study_definitions_are_checked():
+    with pytest.raises(ValueError, match="not an arm"):
+        Study("bad", "sequence", "adding", (Arm("a"),), baseline="b")
+    with pytest.raises(ValueError, match="repeat"):
+        Study("bad", "sequence", "adding", (Arm("a"), Arm("a")), baseline="a")
+
+
+def _fake_cell(directory, seed, metrics, config):
+    directory.mkdir(parents=True)
+    (directory / "run.json").write_text(json.dumps({
+        "config": config, "versions": {"kctx": "0.1.0"}, "git": {"commit": "abc"}}))
+    (directory / "results.json").write_text(json.dumps({"params": 100, **metrics}))
+    (directory / "timing.json").write_text(json.dumps({"seconds_per_step": 0.1,
+                                                       "train_seconds": 10.0}))
+    (directory / "study-cell.json").write_text(json.dumps({
+        "total_wall_seconds": 12.0, "commands": {"train": ["python", "-m", "x"]},
+        "machine": {"processor": "test CPU"}, "seed": seed}))
+
+
+def test_report_of_fabricated_runs(tmp_path):
+    """Verdicts follow each metric's direction; a missing cell is listed, and the
+    arm with one seed gets a mean only."""
+    study = Study("fake", "sequence", "adding",
+                  (Arm("base"), Arm("good", {"model": "psf"}), Arm("same"), Arm("one")),
+                  baseline="base", seeds=(0, 1, 2),
+                  metrics=(Metric("accuracy", "acc", "results.json", "accuracy", "higher"),
+                           Metric("loss", "loss", "results.json", "loss", "lower"),
+                           Metric("params", "params", "results.json", "params", digits=0)))
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.8, 0.02, 3)
+    values = {"base": base, "good": base + [0.1, 0.11, 0.12], "same": base + [0.01, -0.01, 0.0],
+              "one": base[:1]}
+    for arm, accuracies in values.items():
+        for seed, accuracy in enumerate(accuracies):
+            _fake_cell(tmp_path / "runs" / "fake" / arm / f"seed{seed}", seed,
+                       {"accuracy": accuracy, "loss": 1.0 - accuracy}, {"model": arm})
+    result = report(study, tmp_path / "runs", tmp_path / "out")
+    assert len(result["runs"]) == 10
+    assert result["missing"] == [["one", 1], ["one", 2]]
+    good = result["arms"]["good"]["vs_baseline"]
+    assert good["accuracy"]["significant"] and good["accuracy"]["mean_diff"] > 0
+    assert good["loss"]["significant"] and good["loss"]["mean_diff"] < 0
+    assert not result["arms"]["same"]["vs_baseline"]["accuracy"]["significant"]
+    assert "params" not in good  # descriptive metrics are not compared
+    assert result["arms"]["one"]["metrics"]["accuracy"]["ci_low"] is None
+    assert json.loads((tmp_path / "out" / "fake.json").read_text()) == json.loads(
+        json.dumps(result, default=str))
+    text = (tmp_path / "out" / "fake.md").read_text()
+    assert "| good | base | acc | 0.1100 [" in text and "| better |" in text
+    assert "| good | base | loss | -0.1100 [" in text
+    assert "| same | base | acc |" in text and "no significant difference" in text
+    assert "Partial study" in text and "one seed 1" in text
+    assert (tmp_path / "out" / "fake.png").stat().st_size > 0
+
+
+def _studies(*args, cwd):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    completed = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=environment,
+                               capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return completed.stdout
+
+
+def _cell_outputs(directory):
+    results = json.loads((directory / "results.json").read_text())
+    history = (directory / "history.csv").read_text().splitlines()
+    columns = history[0].split(",")
+    kept = [i for i, c in enumerate(columns) if "seconds" not in c]
+    evaluations = {path.name: {k: v for k, v in json.loads(path.read_text()).items()
+                               if k != "source"}
+                   for path in sorted(directory.glob("evaluation-*.json"))}
+    weights = {path.name: path.read_bytes()
+               for path in sorted((directory / "checkpoints").glob("ckpt-*.data-*"))}
+    return results, [[row.split(",")[i] for i in kept] for row in history], evaluations, weights
+
+
+@pytest.mark.slow
+def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path):
+    from kctx.training.runner import DETERMINISTIC_ENVIRONMENT
+
+    smoke = STUDIES["smoke"]
+    runs = tmp_path / "runs"
+    _studies("studies.run", "smoke", "--seeds", "0", "--jobs", "2", "--runs-dir", str(runs),
+             cwd=tmp_path)
+    first = {arm.name: (runs / "smoke" / arm.name / "seed0" / "study-cell.json").stat().st_mtime
+             for arm in smoke.arms}
+    # An interrupted cell: ham_nmf at seed 1 stopped at its first checkpoint.
+    ham = smoke.arm("ham_nmf")
+    cell = smoke.cell_dir(runs, ham, 1)
+    subprocess.run([sys.executable, *smoke.train_command(ham, 1, cell), "--stop-after-step",
+                    "3"], cwd=tmp_path, check=True, capture_output=True,
+                   env={**os.environ, **DETERMINISTIC_ENVIRONMENT, "PYTHONPATH": str(ROOT)})
+    assert not (cell / "results.json").exists()
+    listing = _studies("studies.run", "smoke", "--list", "--runs-dir", str(runs), cwd=tmp_path)
+    assert "partial  ham_nmf seed 1" in listing and "missing  none seed 1" in listing
+    output = _studies("studies.run", "smoke", "--jobs", "2", "--runs-dir", str(runs),
+                      cwd=tmp_path)
+    assert "2 of 4 cells finished, 2 to run" in output
+    for arm in smoke.arms:  # finished cells are not run again
+        assert (runs / "smoke" / arm.name / "seed0" / "study-cell.json").stat().st_mtime == \
+            first[arm.name]
+    assert json.loads((cell / "study-cell.json").read_text())["resumed"] is True
+    # The same cell uninterrupted, in another folder: the same numbers and weights, bit for bit.
+    again = tmp_path / "again"
+    _studies("studies.run", "smoke", "--arm", "ham_nmf", "--seeds", "1", "--runs-dir",
+             str(again), cwd=tmp_path)
+    assert _cell_outputs(cell) == _cell_outputs(smoke.cell_dir(again, ham, 1))
+
+    _studies("studies.report", "smoke", "--runs-dir", str(runs), "--output-dir", "out",
+             cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "smoke.json").read_text())
+    assert [(r["arm"], r["seed"]) for r in result["runs"]] == [
+        ("ham_nmf", 0), ("ham_nmf", 1), ("none", 0), ("none", 1)]
+    assert result["missing"] == []
+    for run in result["runs"]:
+        assert run["versions"]["tensorflow"] and len(run["config_hash"]) == 12
+        assert run["wall_seconds"] > 0 and run["machine"]["cpus"] >= 1
+    miou = [r["metrics"]["miou"] for r in result["runs"] if r["arm"] == "ham_nmf"]
+    np.testing.assert_allclose(result["arms"]["ham_nmf"]["metrics"]["miou"]["mean"],
+                               np.mean(miou), rtol=1e-12)
+    assert all(r["metrics"]["miou_flip"] > 0 for r in result["runs"])
+    assert result["arms"]["ham_nmf"]["vs_baseline"]["miou"]["n"] == 2
+    assert (tmp_path / "out" / "smoke.md").exists() and (tmp_path / "out" / "smoke.png").exists()
