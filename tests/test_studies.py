@@ -234,3 +234,17 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path):
     assert all(r["metrics"]["miou_flip"] > 0 for r in result["runs"])
     assert result["arms"]["ham_nmf"]["vs_baseline"]["miou"]["n"] == 2
     assert (tmp_path / "out" / "smoke.md").exists() and (tmp_path / "out" / "smoke.png").exists()
+
+
+@pytest.mark.parametrize("name", ["segmentation-digits", "hamburger-ablations"])
+def test_every_segmentation_arm_builds_and_runs(name):
+    """The arms' context options are valid arguments of their blocks."""
+    from segmentation.workflow import WORKFLOW, build_model
+
+    study = STUDIES[name]
+    images = np.random.default_rng(0).random((1, 32, 32, 3)).astype("float32")
+    for arm in study.arms:
+        config = WORKFLOW.config(arm.config or study.config, **{**study.overrides,
+                                                                **arm.overrides})
+        model = build_model(config)
+        assert model(images, training=True).shape == (1, 32, 32, config.num_classes), arm.name

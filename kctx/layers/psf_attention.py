@@ -111,14 +111,20 @@ class PSFAttention(keras.layers.Layer):
 
     def call(self, inputs):
         value = self._apply(self.value_mlp, inputs)
-        value32 = ops.cast(value, "float32")
-        out = value32
-        for values in self.factor_values(inputs):  # W⁽¹⁾ first
+        factors = self.factor_values(inputs)
+        uses = 1 + {"factor": len(factors), "output": 1}.get(self.residual, 0)
+        # V feeds W⁽¹⁾ and every residual: as slices of one broadcast copy, so that its
+        # gradient is a fixed-order sum (M + 1 separate uses were summed in the order
+        # TensorFlow's tape visits them, which changed the last bit between identical runs).
+        copies = ops.broadcast_to(ops.cast(value, "float32")[None],
+                                  (uses,) + tuple(ops.shape(value)))
+        out = copies[0]
+        for index, values in enumerate(factors):  # W⁽¹⁾ first
             out = chord_matmul(ops.cast(values, "float32"), out)
             if self.residual == "factor":
-                out = out + value32
+                out = out + copies[1 + index]
         if self.residual == "output":
-            out = out + value32
+            out = out + copies[1]
         return ops.cast(out, value.dtype)
 
     def attention_matrix(self, inputs, include_residual=False):

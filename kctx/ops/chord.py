@@ -73,14 +73,13 @@ def chord_matmul(values, v):
         raise ValueError(f"`values` must have L = {len(offsets)} entries per row for n = {n}. "
                          f"Received: values.shape={tuple(values.shape)}")
     values = ops.cast(values, v.dtype)
-    out = None
-    for index, offset in enumerate(offsets):
-        # Row i ← v_{(i + offset) mod n}, as two slices (a roll would be a select-TF op in
-        # LiteRT).
-        shifted = v if offset == 0 else ops.concatenate([v[:, offset:], v[:, :offset]], axis=1)
-        term = values[:, :, index:index + 1] * shifted
-        out = term if out is None else out + term
-    return out
+    # (B, n, L, c): slot l of row i ← v_{(i + o_l) mod n}, one gather (a roll would be a
+    # select-TF op in LiteRT), then Σ_l as one reduction. Shifted copies summed by a chain
+    # of adds changed the last bit between two identical training runs: TensorFlow's graph
+    # optimizer regroups such chains, and the gradient of v summed over many consumers
+    # depends on the order the tape visits them.
+    gathered = ops.take(v, chord_indices(n), axis=1)
+    return ops.sum(values[..., None] * gathered, axis=2)
 
 
 def chord_product_matmul(factors, v):
