@@ -136,7 +136,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
     lines += [f"CPU: {'; '.join(processors)}.", ""]
     if missing:
         lines += [f"**Partial study**: {len(missing)} cell(s) not finished: "
-                  + ", ".join(f"{arm} seed {seed}" for arm, seed in missing) + ".", ""]
+                  + _missing_text(study, missing) + ".", ""]
     lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`):", "", "```",
               f"python -m studies.run {study.name} --seeds {_seeds(study.seeds)} --jobs 2",
               f"python -m studies.report {study.name}", "```", ""]
@@ -179,6 +179,18 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
     return "\n".join(lines)
 
 
+def _missing_text(study, missing):
+    """``seeds 3, 4 (every arm), aspp seed 2``."""
+    by_seed = {}
+    for arm, seed in missing:
+        by_seed.setdefault(seed, []).append(arm)
+    whole = [seed for seed, arms in by_seed.items() if len(arms) == len(study.arms)]
+    parts = [f"seed{'s' if len(whole) > 1 else ''} {', '.join(map(str, whole))} (every arm)"
+             ] if whole else []
+    parts += [f"{arm} seed {seed}" for arm, seed in missing if seed not in whole]
+    return ", ".join(parts)
+
+
 def _flags(overrides):
     from studies.study import config_flags
 
@@ -203,9 +215,14 @@ def plot(study, runs, arms, path):
     quality = [m for m in study.metrics if m.better]
     if not quality:
         return None
-    figure, axes = plt.subplots(1, len(quality), figsize=(max(4.0, 0.9 * len(study.arms) + 1.5)
-                                                          * len(quality), 3.6), squeeze=False)
-    for axis, metric in zip(axes[0], quality):
+    columns = min(2, len(quality))
+    rows = -(-len(quality) // columns)
+    width = max(4.5, 0.6 * len(study.arms) + 1.5)
+    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, 3.8 * rows),
+                                squeeze=False)
+    for axis in axes.flat[len(quality):]:
+        axis.set_visible(False)
+    for axis, metric in zip(axes.flat, quality):
         for position, arm in enumerate(study.arms):
             points = [(r["seed"], r["metrics"][metric.name]) for r in runs
                       if r["arm"] == arm.name and r["metrics"][metric.name] is not None]
