@@ -140,6 +140,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
     lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`):", "", "```",
               f"python -m studies.run {study.name} --seeds {_seeds(study.seeds)} --jobs 2",
               f"python -m studies.report {study.name}", "```", ""]
+    lines += _summary(study, arms, level)
     lines += ["## Per arm", "", "| arm | setting | n | "
               + " | ".join(m.label for m in study.metrics) + " |",
               "|---|---|---|" + "---|" * len(study.metrics)]
@@ -177,6 +178,42 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
                      + f" | {run['wall_seconds']:.0f} | `{run['config_hash']}` |")
     lines += ["", f"Run folders: `{runs_dir}/{study.name}/ARM/seedK`.", ""]
     return "\n".join(lines)
+
+
+def _summary(study, arms, level):
+    """One row per arm: each quality metric's mean [CI] and its paired Δ from the baseline
+    [CI], then the costs' means (the table the README copies)."""
+    quality = [m for m in study.metrics if m.better]
+    costs = [m for m in study.metrics if not m.better]
+    header = ["arm", "n"]
+    for metric in quality:
+        header += [metric.label, f"Δ {metric.label}"]
+    header += [metric.label for metric in costs]
+    lines = ["## Summary", "", f"Mean [{level} CI] over seeds; Δ: paired difference from the "
+             "arm's baseline [its CI], **bold** where the interval excludes 0.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for arm in study.arms:
+        entry = arms[arm.name]
+        row = [entry["label"], str(entry["n"])]
+        for metric in quality:
+            summary = entry["metrics"][metric.name]
+            row.append(_fmt(summary["mean"], metric.digits) + (
+                f" [{_fmt(summary['ci_low'], metric.digits)}, "
+                f"{_fmt(summary['ci_high'], metric.digits)}]"
+                if summary["ci_low"] is not None else ""))
+            comparison = entry["vs_baseline"].get(metric.name)
+            if comparison is None:
+                row.append("baseline" if entry["baseline"] is None else "–")
+            elif comparison["ci_low"] is None:
+                row.append(_fmt(comparison["mean_diff"], metric.digits))
+            else:
+                text = (f"{comparison['mean_diff']:+.{metric.digits}f} "
+                        f"[{comparison['ci_low']:+.{metric.digits}f}, "
+                        f"{comparison['ci_high']:+.{metric.digits}f}]")
+                row.append(f"**{text}**" if comparison["significant"] else text)
+        row += [_fmt(entry["metrics"][m.name]["mean"], m.digits) for m in costs]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines + [""]
 
 
 def _missing_text(study, missing):

@@ -162,7 +162,8 @@ def test_report_of_fabricated_runs(tmp_path):
     assert "| good | base | acc | 0.1100 [" in text and "| better |" in text
     assert "| good | base | loss | -0.1100 [" in text
     assert "| same | base | acc |" in text and "no significant difference" in text
-    assert "Partial study" in text and "one seed 1" in text
+    assert "Partial study" in text and "one seed 1, one seed 2" in text
+    assert "| good | 3 | 0.9" in text and "**+0.1100 [" in text  # the summary row
     assert (tmp_path / "out" / "fake.png").stat().st_size > 0
 
 
