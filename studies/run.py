@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 
+from kctx.training.cli import positive_int
 from studies.definitions import STUDIES, get_study
 from studies.study import CELL_FILE, parse_seeds
 
@@ -137,13 +138,6 @@ def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, l
     return failures
 
 
-def _positive_int(text):
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer. Received: {text!r}")
-    return value
-
-
 def parser():
     result = argparse.ArgumentParser(
         prog="python -m studies.run", description=__doc__.split("\n\n", 1)[1],
@@ -153,7 +147,7 @@ def parser():
     result.add_argument("--seeds", help="seeds to run, e.g. 0-4, 3 or 0,2 (default: the "
                         "study's)")
     result.add_argument("--arm", action="append", help="run only this arm (repeatable)")
-    result.add_argument("--jobs", type=_positive_int, default=1,
+    result.add_argument("--jobs", type=positive_int, default=1,
                         help="cells run side by side, each single-threaded (default 1)")
     result.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
                         help=f"where the run folders go (default {DEFAULT_RUNS_DIR})")

@@ -30,7 +30,7 @@ def _parser(prog, description):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def _positive_int(text):
+def positive_int(text):
     try:
         value = int(text)
     except ValueError:
@@ -74,7 +74,7 @@ def train_parser(workflow, description=None):
                        "TF_CONFIG selects MultiWorkerMirroredStrategy)")
     group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                        help="Keras progress bar: 0 silent, 1 bar, 2 a line per checkpoint interval")
-    group.add_argument("--stop-after-step", type=_positive_int,
+    group.add_argument("--stop-after-step", type=positive_int,
                        help="end this call at that step's checkpoint; the same command resumes")
     add_data_arguments(parser)
     add_config_arguments(parser, workflow.config_class)

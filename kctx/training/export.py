@@ -133,7 +133,7 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
 
 
 def export_parser(workflow):
-    from kctx.training.cli import _parser, _positive_int, add_data_arguments
+    from kctx.training.cli import _parser, positive_int, add_data_arguments
 
     parser = _parser(
         f"python -m {workflow.name}.export",
@@ -150,9 +150,9 @@ def export_parser(workflow):
     parser.add_argument("--output", help="the artifact's path (default: in the run folder)")
     parser.add_argument("--checkpoint", help="'latest' or a checkpoint path (default: the saved "
                                              "model)")
-    parser.add_argument("--examples", type=_positive_int, default=8,
+    parser.add_argument("--examples", type=positive_int, default=8,
                         help="inputs on which the artifact is compared with Keras (default 8)")
-    parser.add_argument("--calibration-examples", type=_positive_int, default=100,
+    parser.add_argument("--calibration-examples", type=positive_int, default=100,
                         help="int8 calibration inputs (default 100)")
     if workflow.export_evaluation is not None:
         parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
