@@ -62,7 +62,7 @@ def chord_matmul(values, v):
     """W v for one chord factor W given by its ``values`` (B, n, L), and v (B, n, c).
 
     (W v)_i = Σ_l values_il · v_{(i + o_l) mod n}: one shifted copy of v per
-    offset, O(n·L·c) time and O(n·c) extra memory; the n×n matrix is never formed.
+    offset, O(n·L·c) time and memory; the n×n matrix is never formed.
 
     Returns:
         (B, n, c) in the dtype of ``v``.
