@@ -24,7 +24,7 @@ import sys
 from studies import stats
 from studies.definitions import STUDIES, get_study
 from studies.run import DEFAULT_RUNS_DIR, cell_state, cells
-from studies.study import CELL_FILE, config_hash
+from studies.study import CELL_FILE, config_flags, config_hash
 
 DEFAULT_OUTPUT_DIR = "studies/results"
 CONFIDENCE = 0.95
@@ -170,8 +170,8 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
                     f"{comparison['n']} | {_verdict(metric, comparison)} |")
     lines += ["", "## Runs", "", "| arm | seed | " + " | ".join(m.label for m in study.metrics)
               + " | wall s | config hash |", "|---|---|" + "---|" * (len(study.metrics) + 2)]
+    metric_digits = {m.name: m.digits for m in study.metrics}
     for run in runs:
-        metric_digits = {m.name: m.digits for m in study.metrics}
         lines.append(f"| {arms[run['arm']]['label']} | {run['seed']} | "
                      + " | ".join(_fmt(run["metrics"][name], metric_digits[name])
                                   for name in run["metrics"])
@@ -229,8 +229,6 @@ def _missing_text(study, missing):
 
 
 def _flags(overrides):
-    from studies.study import config_flags
-
     flags = config_flags(overrides)
     return f"`{' '.join(flags)}`" if flags else ""
 

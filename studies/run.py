@@ -113,9 +113,10 @@ def run_cell(study, arm, seed, runs_dir, python=None):
 def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, log=print):
     """Run the missing cells of ``study`` (``jobs`` at a time); returns the failures
     as ``[(arm, seed, error)]``."""
-    todo = [(arm, seed) for arm, seed in cells(study, arms, seeds)
+    chosen = cells(study, arms, seeds)
+    todo = [(arm, seed) for arm, seed in chosen
             if cell_state(study, runs_dir, arm, seed) != "finished"]
-    total = len(cells(study, arms, seeds))
+    total = len(chosen)
     log(f"{study.name}: {total - len(todo)} of {total} cells finished, {len(todo)} to run "
         f"({jobs} at a time) in {pathlib.Path(runs_dir) / study.name}", flush=True)
     failures, lock, done = [], threading.Lock(), [0]
