@@ -13,6 +13,12 @@ Reads every finished cell of the study (``python -m studies.run``) and writes
 
 Arms with fewer than two finished seeds get means only. A report of a
 partial study says which cells are missing.
+
+Run folders need not all be on this machine: the runs of the report already in
+``NAME.json`` (committed, say, from other machines or sessions) are kept for
+the cells with no finished folder here, as long as the study still defines
+that cell with the same command (a changed arm or step count drops them, and
+the report says how many). ``--ignore-previous`` reports the folders alone.
 """
 
 import argparse
@@ -23,15 +29,22 @@ import sys
 
 from studies import stats
 from studies.definitions import STUDIES, get_study
-from studies.run import DEFAULT_RUNS_DIR, cell_state, cells
+from studies.run import DEFAULT_RUNS_DIR, cells
 from studies.study import CELL_FILE, config_flags, config_hash
 
 DEFAULT_OUTPUT_DIR = "studies/results"
 CONFIDENCE = 0.95
 
 
-def collect(study, runs_dir=DEFAULT_RUNS_DIR):
-    """The finished cells of ``study`` (any seed found on disk), in arm then seed order."""
+def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
+    """The finished cells of ``study``, in arm then seed order: every one found in
+    ``runs_dir`` (any seed), then those of ``previous`` (runs of an earlier report) with
+    no folder here whose command is still the one the study gives that cell.
+
+    Returns:
+        ``(runs, dropped)``: the runs, and the earlier runs left out because the
+        study's definition of their cell changed.
+    """
     runs = []
     for arm in study.arms:
         arm_dir = pathlib.Path(runs_dir) / study.name / arm.name
@@ -56,7 +69,30 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR):
                 "machine": cell.get("machine", {}),
                 "command": cell["commands"]["train"],
             })
-    return runs
+    found = {(run["arm"], run["seed"]) for run in runs}
+    names = {arm.name: arm for arm in study.arms}
+    dropped = []
+    for run in previous:
+        if (run["arm"], run["seed"]) in found:
+            continue
+        arm = names.get(run["arm"])
+        if arm is None or run["command"] != [
+                "python", *study.train_command(arm, run["seed"], run["run_dir"])]:
+            dropped.append(run)
+            continue
+        runs.append(run)
+        found.add((run["arm"], run["seed"]))
+    order = {name: position for position, name in enumerate(names)}
+    runs.sort(key=lambda run: (order[run["arm"]], run["seed"]))
+    return runs, dropped
+
+
+def previous_runs(study, output_dir=DEFAULT_OUTPUT_DIR):
+    """The ``runs`` of the report already in ``output_dir`` (``[]`` when there is none)."""
+    path = pathlib.Path(output_dir) / f"{study.name}.json"
+    if not path.exists():
+        return []
+    return json.loads(path.read_text()).get("runs", [])
 
 
 def summarize(study, runs, confidence=CONFIDENCE):
@@ -119,7 +155,7 @@ def _common(runs, key):
     return json.loads(found.pop()) if len(found) == 1 else None
 
 
-def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
+def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, dropped=()):
     level = f"{confidence:.0%}"
     lines = [f"# Study `{study.name}`", "", study.description.strip(), "",
              f"Workflow `{study.workflow}`, config `{study.config}`"
@@ -137,6 +173,10 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE):
     if missing:
         lines += [f"**Partial study**: {len(missing)} cell(s) not finished: "
                   + _missing_text(study, missing) + ".", ""]
+    if dropped:
+        lines += [f"{len(dropped)} run(s) of an earlier report left out: the study now defines "
+                  "their cells differently (" + ", ".join(f"{run['arm']} seed {run['seed']}"
+                                                          for run in dropped) + ").", ""]
     lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`):", "", "```",
               f"python -m studies.run {study.name} --seeds {_seeds(study.seeds)} --jobs 2",
               f"python -m studies.report {study.name}", "```", ""]
@@ -287,19 +327,22 @@ def plot(study, runs, arms, path):
     return path
 
 
-def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=True):
+def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=True,
+           keep_previous=True):
     """Write ``NAME.json``, ``NAME.md`` (and ``NAME.png``) to ``output_dir``; returns the
-    report dict (also the JSON's content)."""
+    report dict (also the JSON's content). With ``keep_previous``, the runs of the
+    report already there fill the cells that have no finished folder in ``runs_dir``."""
     from kctx.training.records import write_json, write_text
 
-    runs = collect(study, runs_dir)
+    previous = previous_runs(study, output_dir) if keep_previous else []
+    runs, dropped = collect(study, runs_dir, previous)
     if not runs:
         raise FileNotFoundError(f"no finished cell of {study.name!r} in "
                                 f"{pathlib.Path(runs_dir) / study.name}: run "
                                 f"`python -m studies.run {study.name}` first")
     arms = summarize(study, runs)
-    missing = [(arm.name, seed) for arm, seed in cells(study)
-               if cell_state(study, runs_dir, arm, seed) != "finished"]
+    done = {(run["arm"], run["seed"]) for run in runs}
+    missing = [(arm.name, seed) for arm, seed in cells(study) if (arm.name, seed) not in done]
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     result = {
@@ -309,11 +352,12 @@ def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=
         "evaluations": {e.name: e.overrides for e in study.evaluations},
         "metrics": {m.name: {"label": m.label, "better": m.better} for m in study.metrics},
         "confidence": CONFIDENCE, "missing": [list(cell) for cell in missing],
+        "dropped": [[run["arm"], run["seed"]] for run in dropped],
         "arms": arms, "runs": runs,
     }
     write_json(output_dir / f"{study.name}.json", result)
     write_text(output_dir / f"{study.name}.md",
-               markdown(study, runs, arms, runs_dir, missing))
+               markdown(study, runs, arms, runs_dir, missing, dropped=dropped))
     if png:
         plot(study, runs, arms, output_dir / f"{study.name}.png")
     return result
@@ -330,16 +374,22 @@ def main(argv=None):
                         help=f"where the run folders are (default {DEFAULT_RUNS_DIR})")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
                         help=f"where the report goes (default {DEFAULT_OUTPUT_DIR})")
+    parser.add_argument("--ignore-previous", action="store_true",
+                        help="report only the run folders, not the runs of the report already "
+                             "in the output folder")
     args = parser.parse_args(argv)
     study = get_study(args.name)
     try:
-        result = report(study, args.runs_dir, args.output_dir)
+        result = report(study, args.runs_dir, args.output_dir,
+                        keep_previous=not args.ignore_previous)
     except FileNotFoundError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     output = pathlib.Path(args.output_dir) / study.name
     print((output.with_suffix(".md")).read_text())
     print(f"wrote {output}.json, .md, .png ({len(result['runs'])} runs, "
-          f"{len(result['missing'])} missing)")
+          f"{len(result['missing'])} missing"
+          + (f", {len(result['dropped'])} earlier runs dropped: their cells changed"
+             if result["dropped"] else "") + ")")
     return 0
 
 

@@ -5,6 +5,7 @@ import importlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -118,7 +119,7 @@ def test_study_definitions_are_checked():
         Study("bad", "sequence", "adding", (Arm("a"), Arm("a")), baseline="a")
 
 
-def _fake_cell(directory, seed, metrics, config):
+def _fake_cell(directory, seed, metrics, config, command=("python", "-m", "x")):
     directory.mkdir(parents=True)
     (directory / "run.json").write_text(json.dumps({
         "config": config, "versions": {"kctx": "0.1.0"}, "git": {"commit": "abc"}}))
@@ -126,7 +127,7 @@ def _fake_cell(directory, seed, metrics, config):
     (directory / "timing.json").write_text(json.dumps({"seconds_per_step": 0.1,
                                                        "train_seconds": 10.0}))
     (directory / "study-cell.json").write_text(json.dumps({
-        "total_wall_seconds": 12.0, "commands": {"train": ["python", "-m", "x"]},
+        "total_wall_seconds": 12.0, "commands": {"train": list(command)},
         "machine": {"processor": "test CPU"}, "seed": seed}))
 
 
@@ -165,6 +166,43 @@ def test_report_of_fabricated_runs(tmp_path):
     assert "Partial study" in text and "one seed 1, one seed 2" in text
     assert "| good | 3 | 0.9" in text and "**+0.1100 [" in text  # the summary row
     assert (tmp_path / "out" / "fake.png").stat().st_size > 0
+
+
+def test_report_keeps_earlier_runs_whose_cells_are_unchanged(tmp_path):
+    """Runs of the report already written fill the cells with no folder here (the
+    committed runs of other machines), unless the study now defines the cell
+    differently; ``keep_previous=False`` reports the folders alone."""
+    metric = Metric("accuracy", "acc", "results.json", "accuracy", "higher")
+    study = Study("fake", "sequence", "adding", (Arm("base"), Arm("psf", {"model": "psf"})),
+                  baseline="base", seeds=(0, 1, 2), metrics=(metric,))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    for arm in study.arms:
+        for seed in (0, 1):
+            directory = study.cell_dir(runs, arm, seed)
+            _fake_cell(directory, seed, {"accuracy": 0.5 + seed / 10 + (arm.name == "psf") / 5},
+                       {"model": arm.name},
+                       ["python", *study.train_command(arm, seed, directory)])
+    first = report(study, runs, out, png=False)
+    assert first["missing"] == [["base", 2], ["psf", 2]] and first["dropped"] == []
+    shutil.rmtree(runs / "fake" / "psf")  # this machine has only the base arm's folders
+    base, directory = study.arm("base"), study.cell_dir(runs, study.arm("base"), 2)
+    _fake_cell(directory, 2, {"accuracy": 0.7}, {"model": "base"},
+               ["python", *study.train_command(base, 2, directory)])
+    second = report(study, runs, out, png=False)
+    assert [(r["arm"], r["seed"]) for r in second["runs"]] == [
+        ("base", 0), ("base", 1), ("base", 2), ("psf", 0), ("psf", 1)]
+    assert second["runs"][3:] == first["runs"][2:]
+    assert second["missing"] == [["psf", 2]]
+    assert second["arms"]["psf"]["vs_baseline"]["accuracy"]["mean_diff"] == pytest.approx(0.2)
+    assert report(study, runs, tmp_path / "alone", png=False,
+                  keep_previous=False)["missing"] == [["psf", 0], ["psf", 1], ["psf", 2]]
+
+    changed = Study("fake", "sequence", "adding", (Arm("base"), Arm("psf", {"model": "lstm"})),
+                    baseline="base", seeds=(0, 1, 2), metrics=(metric,))
+    third = report(changed, runs, out, png=False)
+    assert third["dropped"] == [["psf", 0], ["psf", 1]]
+    assert third["missing"] == [["psf", 0], ["psf", 1], ["psf", 2]]
+    assert "2 run(s) of an earlier report left out" in (out / "fake.md").read_text()
 
 
 def _studies(*args, cwd):
