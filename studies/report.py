@@ -177,7 +177,9 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
         lines += [f"{len(dropped)} run(s) of an earlier report left out: the study now defines "
                   "their cells differently (" + ", ".join(f"{run['arm']} seed {run['seed']}"
                                                           for run in dropped) + ").", ""]
-    lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`):", "", "```",
+    lines += ["Reproduce (runs resume; one cell: `--arm ARM --seeds K`; bit for bit with the "
+              "package versions above on a machine with the run's CPU model, see the runs "
+              "table: TensorFlow's CPU kernels round differently on other CPUs):", "", "```",
               f"python -m studies.run {study.name} --seeds {_seeds(study.seeds)} --jobs 2",
               f"python -m studies.report {study.name}", "```", ""]
     lines += _summary(study, arms, level)
@@ -209,13 +211,14 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
                     f"| {_fmt(comparison['mean_diff'], metric.digits)}{interval} | {p} | "
                     f"{comparison['n']} | {_verdict(metric, comparison)} |")
     lines += ["", "## Runs", "", "| arm | seed | " + " | ".join(m.label for m in study.metrics)
-              + " | wall s | config hash |", "|---|---|" + "---|" * (len(study.metrics) + 2)]
+              + " | wall s | CPU | config hash |", "|---|---|" + "---|" * (len(study.metrics) + 3)]
     metric_digits = {m.name: m.digits for m in study.metrics}
     for run in runs:
         lines.append(f"| {arms[run['arm']]['label']} | {run['seed']} | "
                      + " | ".join(_fmt(run["metrics"][name], metric_digits[name])
                                   for name in run["metrics"])
-                     + f" | {run['wall_seconds']:.0f} | `{run['config_hash']}` |")
+                     + f" | {run['wall_seconds']:.0f} | {run['machine'].get('processor', '?')} "
+                     f"| `{run['config_hash']}` |")
     lines += ["", f"Run folders: `{runs_dir}/{study.name}/ARM/seedK`.", ""]
     return "\n".join(lines)
 

@@ -52,15 +52,34 @@ def cells(study, arms=None, seeds=None):
             for arm in chosen]
 
 
-def _processor():
+def _machine():
+    """The CPU facts a cell's numbers depend on: TensorFlow's CPU kernels (Eigen's
+    contraction blocking, oneDNN's GEMM) pick their code path by the instruction set
+    and block by the cache sizes, so bit-identical repeats need the same CPU model."""
+    processor, flags = platform.processor(), set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                    processor = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                if processor and flags:
+                    break
     except OSError:
         pass
-    return platform.processor()
+    caches = {}
+    for index in sorted(pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            name = f"L{(index / 'level').read_text().strip()}" + (
+                {"Data": "d", "Instruction": "i"}.get(kind, ""))
+            caches[name] = (index / "size").read_text().strip()
+        except OSError:
+            continue
+    return {"node": platform.node(), "processor": processor,
+            "isa": next((isa for isa in ("avx512f", "avx2", "avx") if isa in flags), None),
+            "caches": caches, "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
 def run_cell(study, arm, seed, runs_dir, python=None):
@@ -103,8 +122,7 @@ def run_cell(study, arm, seed, runs_dir, python=None):
         "commands": {name: ["python", *command] for name, command in steps},
         "wall_seconds": walls, "total_wall_seconds": round(sum(walls.values()), 2),
         "resumed": resumed, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"node": platform.node(), "processor": _processor(),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": _machine(),
     }
     write_json(directory / CELL_FILE, record)
     return record
