@@ -1,9 +1,10 @@
 """The studies: each a grid of arms × seeds over one workflow, and the claim it tests.
 
-Steps and seeds are chosen so that the five studies fit about five hours of
-a 2-core machine with ``--jobs 2`` (measured per cell: see each study's
-description and the README); ``smoke`` is a two-minute check of the
-machinery itself.
+Steps and seeds were chosen for about five hours of a 2-core machine with
+``--jobs 2``; measured, it is more, and it depends on the CPU: a
+segmentation-digits cell took 427 s on average on an AMD EPYC machine and
+198 s on an Intel Xeon one (each report's runs table has every cell's wall
+time and CPU). ``smoke`` is a two-minute check of the machinery itself.
 """
 
 from studies.study import Arm, Evaluation, Metric, Study
