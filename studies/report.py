@@ -204,7 +204,9 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
                     continue
                 interval = (f" [{_fmt(comparison['ci_low'], metric.digits)}, "
                             f"{_fmt(comparison['ci_high'], metric.digits)}]"
-                            if comparison["ci_low"] is not None else "")
+                            if comparison["ci_low"] is not None else
+                            " (equal on every seed: sign test)" if comparison.get("test") == "sign"
+                            else "")
                 p = "–" if comparison["p"] is None else f"{comparison['p']:.3g}"
                 lines.append(
                     f"| {entry['label']} | {arms[entry['baseline']]['label']} | {metric.label} "
@@ -233,7 +235,8 @@ def _summary(study, arms, level):
         header += [metric.label, f"Δ {metric.label}"]
     header += [metric.label for metric in costs]
     lines = ["## Summary", "", f"Mean [{level} CI] over seeds; Δ: paired difference from the "
-             "arm's baseline [its CI], **bold** where the interval excludes 0.", "",
+             "arm's baseline [its CI], **bold** where the interval excludes 0 (where every seed "
+             "gives the same difference there is no interval, and the sign test decides).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for arm in study.arms:
         entry = arms[arm.name]
@@ -248,7 +251,9 @@ def _summary(study, arms, level):
             if comparison is None:
                 row.append("baseline" if entry["baseline"] is None else "–")
             elif comparison["ci_low"] is None:
-                row.append(_fmt(comparison["mean_diff"], metric.digits))
+                text = f"{comparison['mean_diff']:+.{metric.digits}f}" + (
+                    " (every seed)" if comparison.get("test") == "sign" else "")
+                row.append(f"**{text}**" if comparison["significant"] else text)
             else:
                 text = (f"{comparison['mean_diff']:+.{metric.digits}f} "
                         f"[{comparison['ci_low']:+.{metric.digits}f}, "

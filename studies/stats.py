@@ -7,6 +7,12 @@ seed, so they are compared through the per-seed differences d_k = a_k − b_k:
 the interval of their mean, and the paired t-test of "mean difference = 0"
 (two-sided). A difference is *significant* when its interval excludes zero
 (equivalently p < 1 − confidence).
+
+Metrics that count (top-1 over 359 digits) can give the same difference on
+every seed. Their spread is then zero (or rounding noise), and the t
+interval would be a point that "excludes zero" from two seeds. Such pairs
+are tested with the exact two-sided sign test instead, p = 2 · 0.5ⁿ
+(significant from n = 6 seeds at 95%), and get no interval.
 """
 
 import math
@@ -44,8 +50,10 @@ def paired(values, baseline_values, confidence=0.95):
 
     Returns a dict with ``n`` (pairs), ``seeds``, ``mean_diff`` (arm − baseline),
     ``sd_diff``, ``ci_low``, ``ci_high``, ``t``, ``p`` (two-sided paired
-    t-test) and ``significant`` (the interval excludes 0); ``None`` where
-    undefined (fewer than two pairs).
+    t-test), ``test`` (``"t"``, or ``"sign"`` where every pair differs by the
+    same amount: then ``p`` is the sign test's and there is no interval) and
+    ``significant`` (the interval excludes 0; for the sign test p < 1 −
+    confidence); ``None`` where undefined (fewer than two pairs).
     """
     seeds = sorted(s for s in values if values[s] is not None
                    and baseline_values.get(s) is not None)
@@ -53,9 +61,23 @@ def paired(values, baseline_values, confidence=0.95):
     n = int(d.size)
     result = {"n": n, "seeds": seeds, "mean_diff": float(d.mean()) if n else None,
               "sd_diff": None, "ci_low": None, "ci_high": None, "t": None, "p": None,
-              "significant": None}
+              "test": None, "significant": None}
     if n < 2:
         return result
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd <= 1e-9 * abs(mean) or sd == 0.0:
+        # The same difference on every seed (up to rounding): no spread for a t interval.
+        p = 1.0 if mean == 0.0 else min(1.0, 2.0 * 0.5 ** n)
+        result.update(sd_diff=sd, p=p, test="sign", significant=bool(p < 1.0 - confidence))
+        return result
+    se = sd / math.sqrt(n)
+    t = mean / se
+    p = float(2.0 * scipy_stats.t.sf(abs(t), n - 1))
+    half = _t_quantile(confidence, n) * se
+    low, high = mean - half, mean + half
+    result.update(sd_diff=sd, ci_low=low, ci_high=high, t=t, p=p, test="t",
+                  significant=bool(low > 0.0 or high < 0.0))
+    return result
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     if sd == 0.0:  # every seed gives the same difference: no spread to test against
         t = 0.0 if mean == 0.0 else None  # ±infinity, which JSON cannot hold

@@ -61,9 +61,24 @@ def test_paired_uses_only_seeds_both_arms_have():
     assert result["seeds"] == [0, 1] and result["n"] == 2
     np.testing.assert_allclose(result["mean_diff"], 0.1)
     assert result["sd_diff"] == pytest.approx(0.0, abs=1e-15)
-    # Equal differences on every seed: no spread to test against, the interval is the point.
-    same = paired({0: 1.0, 1: 2.0}, {0: 0.5, 1: 1.5})
-    assert same["p"] == 0.0 and same["significant"] and same["ci_low"] == same["ci_high"] == 0.5
+    # 0.7 - 0.6 and 0.8 - 0.7 differ in the last bit: the same difference, so the sign test.
+    assert result["test"] == "sign" and result["p"] == 0.5 and not result["significant"]
+    assert result["ci_low"] is None and result["ci_high"] is None
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 8])
+def test_equal_differences_on_every_seed_use_the_sign_test(n):
+    """Counting metrics can differ by exactly the same amount on each seed; a zero-width
+    t interval would call two seeds significant. The exact sign test decides instead."""
+    arm = {seed: (300 + seed) / 359 for seed in range(n)}
+    base = {seed: (298 + seed) / 359 for seed in range(n)}
+    result = paired(arm, base)
+    reference = scipy_stats.binomtest(n, n, 0.5)  # every difference positive
+    assert result["test"] == "sign" and result["p"] == pytest.approx(reference.pvalue)
+    assert result["significant"] == (reference.pvalue < 0.05) == (n >= 6)
+    assert result["ci_low"] is None and result["mean_diff"] == pytest.approx(2 / 359)
+    none = paired({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0})
+    assert none["p"] == 1.0 and not none["significant"]
     assert paired({0: 1.0}, {0: 0.5})["p"] is None
 
 
