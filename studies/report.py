@@ -250,6 +250,8 @@ def _summary(study, arms, level):
             comparison = entry["vs_baseline"].get(metric.name)
             if comparison is None:
                 row.append("baseline" if entry["baseline"] is None else "–")
+            elif comparison["mean_diff"] is None:
+                row.append("–")
             elif comparison["ci_low"] is None:
                 text = f"{comparison['mean_diff']:+.{metric.digits}f}" + (
                     " (every seed)" if comparison.get("test") == "sign" else "")
