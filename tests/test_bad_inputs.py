@@ -90,8 +90,19 @@ def test_another_channel_count_on_a_later_call_is_a_value_error(name):
         layer(images((2, 8, 8, 4)))
 
 
+def _tensorflow_conv_keeps_empty_batches():
+    """Whether TensorFlow's own 1×1 convolution maps an empty batch to the right shape.
+    With oneDNN on some CPUs (seen on an Intel Xeon with AMX, TF 2.21) it returns the
+    input's shape instead: (0, 8, 8, 8) for 8 → 16 channels."""
+    output = tf.nn.conv2d(tf.zeros((0, 8, 8, 8)), tf.zeros((1, 1, 8, 16)), 1, "SAME")
+    return tuple(output.shape) == (0, 8, 8, 16)
+
+
 @pytest.mark.parametrize("name", IMAGE_LAYERS)
 def test_zero_size_batch_gives_an_empty_output(name):
+    if name in KANET_MODULES and not _tensorflow_conv_keeps_empty_batches():
+        pytest.skip("TensorFlow's oneDNN Conv2D returns the input's shape for an empty batch on "
+                    "this CPU (TF_ENABLE_ONEDNN_OPTS=0 gives the right shape)")
     layer = image_layer(name)
     layer(images())
     for training in (False, True):
