@@ -196,6 +196,25 @@ def test_online_update_moves_bases_toward_batch_solution():
     np.testing.assert_allclose(layer.bases.numpy()[0], expected, rtol=1e-4, atol=1e-5)
 
 
+def test_learned_nmf_bases_stay_non_negative():
+    # An optimizer step that would push the learned NMF dictionary below 0 is clamped
+    # (the multiplicative updates diverge from a negative start); VQ/CD's is not.
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    for method, constrained in (("nmf", True), ("vq", False)):
+        layer = Hamburger(rank=3, steps=2, init="learned", method=method,
+                          one_step_gradient=False, seed=0)
+        layer.build(SHAPE)
+        old = layer.bases.numpy()
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(z, training=True) * z)
+        grad = tape.gradient(loss, layer.bases).numpy()
+        keras.optimizers.SGD(learning_rate=100.0).apply([grad], [layer.bases])
+        unconstrained = old - 100.0 * grad
+        assert (unconstrained < 0).any()
+        expected = np.maximum(unconstrained, 0) if constrained else unconstrained
+        np.testing.assert_allclose(layer.bases.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_online_update_under_mirrored_strategy_uses_the_global_batch():
     strategy = mirrored_strategy(2)
     z = np.random.default_rng(0).standard_normal((4,) + SHAPE[1:]).astype("float32")

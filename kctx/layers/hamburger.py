@@ -71,7 +71,8 @@ class Hamburger(keras.layers.Layer):
             re-normalised, then used as the initialisation), ``"fixed"``
             (non-trainable random constant) or ``"learned"`` (trainable
             initial bases; they only receive gradient through the K steps, so
-            this needs ``one_step_gradient=False`` as in the paper).
+            this needs ``one_step_gradient=False`` as in the paper; for NMF
+            they are kept non-negative, ``keras.constraints.NonNeg``).
         temperature: T of the softmax; ``None`` picks 1.0 for NMF and 0.1 for
             VQ/CD (Table 9).
         beta: β of the CD closed form (Appendix B).
@@ -252,6 +253,12 @@ class Hamburger(keras.layers.Layer):
                 shape=(self.groups, self._group_dim, self.rank),
                 initializer=self._bases_initializer,
                 trainable=self.init == "learned",
+                # NMF's multiplicative updates keep D >= 0 only from a non-negative start;
+                # a learned D that an optimizer step pushes below 0 turns the updates'
+                # denominators negative and training diverges (NaN within 750 steps on
+                # digits_seg), so the learned NMF dictionary is kept in the orthant.
+                constraint=(keras.constraints.NonNeg()
+                            if self.init == "learned" and self.method == "nmf" else None),
                 autocast=False,
                 # Every replica computes the same update (the batch target is
                 # all-reduced), so the first replica's write is the value.
