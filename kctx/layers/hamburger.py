@@ -253,10 +253,9 @@ class Hamburger(keras.layers.Layer):
                 shape=(self.groups, self._group_dim, self.rank),
                 initializer=self._bases_initializer,
                 trainable=self.init == "learned",
-                # NMF's multiplicative updates keep D >= 0 only from a non-negative start;
-                # a learned D that an optimizer step pushes below 0 turns the updates'
-                # denominators negative and training diverges (NaN within 750 steps on
-                # digits_seg), so the learned NMF dictionary is kept in the orthant.
+                # NMF's dictionary is non-negative, and the multiplicative updates keep D
+                # and C >= 0 only from a non-negative start; optimizer steps alone drift a
+                # learned D below 0, so it is kept in the orthant.
                 constraint=(keras.constraints.NonNeg()
                             if self.init == "learned" and self.method == "nmf" else None),
                 autocast=False,
