@@ -198,7 +198,8 @@ def test_online_update_moves_bases_toward_batch_solution():
 
 def test_learned_nmf_bases_stay_non_negative():
     # An optimizer step that would push the learned NMF dictionary below 0 is clamped
-    # (the multiplicative updates diverge from a negative start); VQ/CD's is not.
+    # (the multiplicative updates stay non-negative only from a non-negative start);
+    # VQ/CD's is not.
     z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
     for method, constrained in (("nmf", True), ("vq", False)):
         layer = Hamburger(rank=3, steps=2, init="learned", method=method,
