@@ -52,6 +52,8 @@ class SegmentationConfig:
             paper's protocol with eval_flip).
         eval_flip: also score the mirrored images.
         eval_images: score only the first N held-out images (none: all).
+        eval_ham_steps: K of every Hamburger at evaluation (none: the K it was trained
+            with; HamNet, Appendix F, tests other K at evaluation).
         prediction_images: held-out images drawn with their labels and predictions in
             predictions*.png (0: no PNG).
     """
@@ -82,6 +84,7 @@ class SegmentationConfig:
     eval_multi_scale: bool = False
     eval_flip: bool = False
     eval_images: int | None = None
+    eval_ham_steps: int | None = None
     prediction_images: int = 6
 
     def __post_init__(self):
@@ -93,7 +96,7 @@ class SegmentationConfig:
         check_one_of(self, "backbone", tuple(BACKBONES))
         check_one_of(self, "output_stride", (8, 16))
         check_context_block(self.context, also=HEADS)
-        for name in ("eval_size", "eval_images"):
+        for name in ("eval_size", "eval_images", "eval_ham_steps"):
             if getattr(self, name) is not None:
                 check_positive(self, name)
         low, high = (tuple(self.scale_range) + (None, None))[:2]

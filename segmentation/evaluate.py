@@ -1,4 +1,5 @@
-"""``python -m segmentation.evaluate --model-dir DIR [--eval-multi-scale] [--eval-flip]``: mIoU.
+"""``python -m segmentation.evaluate --model-dir DIR [--eval-multi-scale] [--eval-flip]
+[--eval-ham-steps K]``: mIoU.
 
 Reads the run's ``run.json`` and ``model.keras`` (written by
 ``segmentation.train``), scores the held-out split (mIoU and pixel accuracy,
@@ -12,7 +13,8 @@ scores to ``evaluation.json`` (or ``--output``).
 from segmentation.workflow import WORKFLOW
 
 # evaluate(model_dir, checkpoint=None, output=None, **fields): kctx.training.evaluate_run;
-# fields: eval_multi_scale, eval_flip, eval_images, eval_size, prediction_images.
+# fields: eval_multi_scale, eval_flip, eval_images, eval_size, eval_ham_steps,
+# prediction_images.
 evaluate = WORKFLOW.rescore
 main = WORKFLOW.evaluate_main
 

@@ -10,6 +10,7 @@ confusion-matrix scores (summed over the workers, each scoring its shard).
 import keras
 import numpy as np
 
+from kctx.layers import set_hamburger_eval_steps
 from kctx.training import Workflow, sgd
 from segmentation.configs import CONFIGS
 from segmentation.data import IGNORE_LABEL, evaluation_batches, load_split, training_batches
@@ -145,7 +146,7 @@ class SegmentationWorkflow(Workflow):
     variant_field = "context"
     default_config = "digits_seg"
     evaluation_fields = ("eval_size", "eval_multi_scale", "eval_flip", "eval_images",
-                         "prediction_images")
+                         "eval_ham_steps", "prediction_images")
     export_evaluation = {"prediction_images": 0}  # mIoU of the artifact, no PNGs
 
     def variant(self, config):
@@ -170,12 +171,16 @@ class SegmentationWorkflow(Workflow):
     def evaluate(self, run, model):
         config = run.config
         scales = MULTI_SCALES if config.eval_multi_scale else (1.0,)
+        if config.eval_ham_steps is not None:
+            set_hamburger_eval_steps(model, config.eval_ham_steps)
         dataset = evaluation_batches(config, num_images=config.eval_images, shard=run.worker,
                                      **_location(run))
         confusion = confusion_matrix(_Scored(model, scales, config.eval_flip), dataset,
                                      config.num_classes)
         results = dict(scores_from_confusion(run.sum_over_workers(confusion)),
                        eval_split=config.eval_split, scales=list(scales), flip=config.eval_flip)
+        if config.eval_ham_steps is not None:
+            results["ham_eval_steps"] = config.eval_ham_steps
         if config.prediction_images and run.chief:
             suffix = ("_ms" if config.eval_multi_scale else "") + (
                 "_flip" if config.eval_flip else "")

@@ -228,8 +228,8 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
 def _summary(study, arms, level):
     """One row per arm: each quality metric's mean [CI] and its paired Δ from the baseline
     [CI], then the costs' means (the table the README copies)."""
-    quality = [m for m in study.metrics if m.better]
-    costs = [m for m in study.metrics if not m.better]
+    quality = [m for m in study.metrics if m.better and m.summary]
+    costs = [m for m in study.metrics if not m.better and m.summary]
     header = ["arm", "n"]
     for metric in quality:
         header += [metric.label, f"Δ {metric.label}"]

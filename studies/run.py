@@ -18,6 +18,7 @@ Examples:
 
 import argparse
 import concurrent.futures
+import json
 import os
 import pathlib
 import platform
@@ -38,10 +39,14 @@ class CellError(RuntimeError):
 
 
 def cell_state(study, runs_dir, arm, seed):
-    """``"finished"``, ``"partial"`` (a run folder without its study record) or ``"missing"``."""
+    """``"finished"``, ``"partial"`` (a run folder without its study record, or one
+    lacking an evaluation the study has added since) or ``"missing"``."""
     directory = study.cell_dir(runs_dir, arm, seed)
     if (directory / CELL_FILE).exists():
-        return "finished"
+        if all((directory / f"evaluation-{e.name}.json").exists()
+               for e in study.evaluations_of(arm)):
+            return "finished"
+        return "partial"
     return "partial" if (directory / "run.json").exists() else "missing"
 
 
@@ -95,13 +100,19 @@ def run_cell(study, arm, seed, runs_dir, python=None):
     python = python or sys.executable
     directory = study.cell_dir(runs_dir, arm, seed)
     directory.mkdir(parents=True, exist_ok=True)
-    resumed = (directory / "run.json").exists()
+    # A finished cell runs only the evaluations added to the study since (its training,
+    # and so its timing.json, is left as it is).
+    previous = (json.loads((directory / CELL_FILE).read_text())
+                if (directory / CELL_FILE).exists() else None)
+    resumed = previous["resumed"] if previous else (directory / "run.json").exists()
     environment = {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2"}
     steps = [("train", study.train_command(arm, seed, directory))]
     steps += [(f"evaluation-{e.name}", study.evaluate_command(e, directory))
-              for e in study.evaluations]
-    walls = {}
+              for e in study.evaluations_of(arm)]
+    walls = dict(previous["wall_seconds"]) if previous else {}
     for name, command in steps:
+        if name == "train" and previous:
+            continue
         if name != "train" and (directory / f"{name}.json").exists():
             continue  # an evaluation finished before an interruption
         start = time.perf_counter()
@@ -124,6 +135,12 @@ def run_cell(study, arm, seed, runs_dir, python=None):
         "resumed": resumed, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": _machine(),
     }
+    if previous:  # the training's record stays; the evaluations added now get their own
+        added = sorted(set(walls) - set(previous["wall_seconds"]))
+        record.update(finished=previous["finished"], machine=previous["machine"],
+                      added_evaluations=previous.get("added_evaluations", []) + [
+                          {"names": added, "finished": record["finished"],
+                           "machine": record["machine"]}])
     write_json(directory / CELL_FILE, record)
     return record
 

@@ -49,10 +49,21 @@ class Arm:
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
     """A re-scoring of each finished run: ``python -m <workflow>.evaluate --model-dir
-    RUN --output RUN/evaluation-<name>.json`` with ``overrides`` as flags."""
+    RUN --output RUN/evaluation-<name>.json`` with ``overrides`` as flags.
+
+    Args:
+        name: its name (the file ``evaluation-<name>.json``).
+        overrides: the evaluation fields changed, e.g. ``{"eval_flip": True}``.
+        arms: the names of the arms it re-scores (default: every arm); a metric read
+            from it is ``None`` (shown as –) for the others.
+    """
 
     name: str
     overrides: dict = dataclasses.field(default_factory=dict)
+    arms: tuple | None = None
+
+    def applies_to(self, arm):
+        return self.arms is None or arm.name in self.arms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +83,8 @@ class Metric:
         reached: for ``key="first_step_reaching"``: the first training step
             whose ``history.csv`` column ``file`` reaches this value (``None``
             where it never did).
+        summary: whether the report's Summary table (the one the README copies)
+            has it; every metric is in the per-arm, paired and runs tables.
     """
 
     name: str
@@ -81,12 +94,16 @@ class Metric:
     better: str | None = None
     digits: int = 4
     reached: float | None = None
+    summary: bool = True
 
     def read(self, directory):
         directory = pathlib.Path(directory)
         if self.key == "first_step_reaching":
             return first_step_reaching(directory / "history.csv", self.file, self.reached)
-        with open(directory / self.file) as f:
+        path = directory / self.file
+        if self.file.startswith("evaluation-") and not path.exists():
+            return None  # an evaluation this arm does not have
+        with open(path) as f:
             value = json.load(f).get(self.key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value if math.isfinite(value) else None
@@ -107,7 +124,8 @@ class Study:
         metrics: the :class:`Metric` s reported.
         overrides: config fields set for every arm (e.g. fewer steps than the
             config's, or no prediction PNGs).
-        evaluations: extra :class:`Evaluation` s of every run.
+        evaluations: extra :class:`Evaluation` s of the runs (of every arm, or the
+            arms each names).
         description: what the study asks, and the paper claim it tests.
     """
 
@@ -131,6 +149,12 @@ class Study:
                 raise ValueError(f"study {self.name!r}: arm {arm.name!r} is compared with "
                                  f"{arm.baseline or self.baseline!r}, which is not an arm. "
                                  f"Valid: {', '.join(names)}")
+        for evaluation in self.evaluations:
+            unknown = sorted(set(evaluation.arms or ()) - set(names))
+            if unknown:
+                raise ValueError(f"study {self.name!r}: evaluation {evaluation.name!r} names "
+                                 f"arms the study does not have. Received: {unknown}. "
+                                 f"Valid: {', '.join(names)}")
 
     def arm(self, name):
         for arm in self.arms:
@@ -153,6 +177,10 @@ class Study:
         return ["-m", f"{self.workflow}.train", "--config", arm.config or self.config,
                 *config_flags(overrides), "--seed", str(seed), "--deterministic",
                 "--verbose", "0", "--model-dir", str(model_dir)]
+
+    def evaluations_of(self, arm):
+        """The :class:`Evaluation` s of ``arm``'s runs."""
+        return [evaluation for evaluation in self.evaluations if evaluation.applies_to(arm)]
 
     def evaluate_command(self, evaluation, model_dir):
         return ["-m", f"{self.workflow}.evaluate", "--model-dir", str(model_dir),

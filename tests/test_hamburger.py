@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import numpy_reference as ref
-from kctx.layers import Hamburger
+from kctx.layers import Hamburger, set_hamburger_eval_steps
 from kctx.ops import decompose
 from kctx.testing import mirrored_strategy, run_layer_test
 
@@ -125,6 +125,28 @@ def test_eval_steps_is_used_at_inference_only():
     assert not np.allclose(longer(z, training=False), base(z, training=False), rtol=1e-4)
     expected = _numpy_hamburger(longer, z, longer.bases.numpy(), 7, False)
     np.testing.assert_allclose(longer(z, training=False), expected, rtol=2e-4, atol=2e-4)
+
+
+def test_set_hamburger_eval_steps_rescores_a_saved_model_with_another_k(tmp_path):
+    """A nested Hamburger of a reloaded model gets K at inference; training K is kept."""
+    z = np.random.default_rng(1).uniform(size=SHAPE).astype("float32")
+    inner = keras.Sequential([keras.Input(SHAPE[1:]),
+                             Hamburger(rank=3, steps=2, init="fixed", seed=0)])
+    model = keras.Sequential([keras.Input(SHAPE[1:]), inner, keras.layers.Identity()])
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert set_hamburger_eval_steps(loaded, 7) == 1
+    ham = loaded.layers[0].layers[0]
+    assert (ham.steps, ham.eval_steps) == (2, 7)
+    expected = _numpy_hamburger(ham, z, ham.bases.numpy(), 7, False)
+    np.testing.assert_allclose(loaded(z, training=False), expected, rtol=2e-4, atol=2e-4)
+    set_hamburger_eval_steps(loaded, None)  # back to the training K
+    np.testing.assert_allclose(loaded(z, training=False), model(z, training=False),
+                               rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="Received: model='plain' with none"):
+        set_hamburger_eval_steps(keras.Sequential([keras.layers.Dense(2)], name="plain"), 3)
+    with pytest.raises(ValueError, match="eval_steps=0"):
+        set_hamburger_eval_steps(loaded, 0)
 
 
 def test_random_init_draws_and_seeded_inference():

@@ -99,6 +99,7 @@ def test_flags_parse_types_none_and_tuples():
     ("classification", ["--batch-size", "0"], "Received: batch_size=0"),
     ("segmentation", ["--eval-size", "0"], "Received: eval_size=0"),
     ("segmentation", ["--eval-images", "0"], "Received: eval_images=0"),
+    ("segmentation", ["--eval-ham-steps", "0"], "Received: eval_ham_steps=0"),
     ("sequence", ["--steps", "-5"], "Received: steps=-5"),
 ])
 def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Studies: statistics against SciPy, study definitions against the workflows' CLIs,
 reports of fabricated runs, and the smoke study run for real (resume, bit-identical repeats)."""
 
+import dataclasses
 import importlib
 import json
 import os
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from studies import STUDIES, Arm, Metric, Study, describe, paired
+from studies import STUDIES, Arm, Evaluation, Metric, Study, describe, paired
 from studies.report import report
+from studies.run import cell_state, run_study
 from studies.study import config_flags, parse_seeds
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -132,6 +134,9 @@ def test_study_definitions_are_checked():
         Study("bad", "sequence", "adding", (Arm("a"),), baseline="b")
     with pytest.raises(ValueError, match="repeat"):
         Study("bad", "sequence", "adding", (Arm("a"), Arm("a")), baseline="a")
+    with pytest.raises(ValueError, match=r"evaluation 'e' names arms .* Received: \['b'\]"):
+        Study("bad", "sequence", "adding", (Arm("a"),), baseline="a",
+              evaluations=(Evaluation("e", arms=("a", "b")),))
 
 
 def _fake_cell(directory, seed, metrics, config, command=("python", "-m", "x")):
@@ -242,7 +247,7 @@ def _cell_outputs(directory):
 
 
 @pytest.mark.slow
-def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path):
+def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
     from kctx.training.runner import DETERMINISTIC_ENVIRONMENT
 
     smoke = STUDIES["smoke"]
@@ -288,6 +293,37 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path):
     assert all(r["metrics"]["miou_flip"] > 0 for r in result["runs"])
     assert result["arms"]["ham_nmf"]["vs_baseline"]["miou"]["n"] == 2
     assert (tmp_path / "out" / "smoke.md").exists() and (tmp_path / "out" / "smoke.png").exists()
+
+    # An evaluation added to the study later, for one arm: the runner scores that arm's
+    # finished cells with it and trains nothing again; the other arm's metric is None.
+    extended = dataclasses.replace(
+        smoke, evaluations=smoke.evaluations + (
+            Evaluation("K1", {"eval_ham_steps": 1}, arms=("ham_nmf",)),),
+        metrics=smoke.metrics + (Metric("miou_K1", "mIoU K=1", "evaluation-K1.json", "miou",
+                                        better="higher", summary=False),))
+    none = smoke.arm("none")
+    assert cell_state(extended, runs, ham, 0) == "partial"
+    assert cell_state(extended, runs, none, 0) == "finished"
+    trained = {arm.name: (smoke.cell_dir(runs, arm, 0) / "timing.json").stat().st_mtime
+               for arm in smoke.arms}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    assert run_study(extended, runs, seeds=(0,), log=lambda *args, **kwargs: None) == []
+    for arm in smoke.arms:
+        assert (smoke.cell_dir(runs, arm, 0) / "timing.json").stat().st_mtime == trained[arm.name]
+    scored = json.loads((smoke.cell_dir(runs, ham, 0) / "evaluation-K1.json").read_text())
+    assert scored["ham_eval_steps"] == 1
+    assert not (smoke.cell_dir(runs, none, 0) / "evaluation-K1.json").exists()
+    record = json.loads((smoke.cell_dir(runs, ham, 0) / "study-cell.json").read_text())
+    assert [added["names"] for added in record["added_evaluations"]] == [["evaluation-K1"]]
+    assert {"train", "evaluation-flip", "evaluation-K1"} <= set(record["wall_seconds"])
+    assert cell_state(extended, runs, ham, 0) == "finished"
+    result = report(extended, runs, tmp_path / "out2", png=False)
+    k1 = {(r["arm"], r["seed"]): r["metrics"]["miou_K1"] for r in result["runs"]}
+    assert k1[("ham_nmf", 0)] == scored["miou"]
+    assert k1[("ham_nmf", 1)] is None and k1[("none", 0)] is None
+    summary = (tmp_path / "out2" / "smoke.md").read_text().split("## Per arm")[0]
+    assert "mIoU K=1" not in summary
 
 
 @pytest.mark.parametrize("name", ["segmentation-digits", "hamburger-ablations"])

@@ -10,7 +10,7 @@ from kctx.layers.context_block import (
 )
 from kctx.layers.attention import Attention2D
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
-from kctx.layers.hamburger import Hamburger
+from kctx.layers.hamburger import Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
 from kctx.layers.kronecker_attention import KroneckerAttention2D
 from kctx.layers.latent_gnn import LatentGNN2D
@@ -42,4 +42,5 @@ __all__ = [
     "context_block_names",
     "context_block_recipe",
     "register_context_block",
+    "set_hamburger_eval_steps",
 ]

@@ -419,6 +419,38 @@ class Hamburger(keras.layers.Layer):
         return config
 
 
+def set_hamburger_eval_steps(model, eval_steps):
+    """Set K at inference (``eval_steps``) of every :class:`Hamburger` in ``model``.
+
+    HamNet (Sec. 4, Appendix F) tests more or fewer optimisation steps K at
+    evaluation than in training; this re-scores a trained model that way
+    without rebuilding it. Call it before the model's first inference call
+    (a traced ``predict`` keeps the K it was traced with).
+
+    Args:
+        model: a Keras layer or model holding one or more Hamburgers, at any depth.
+        eval_steps: K at inference, a positive integer; ``None``: the training K.
+
+    Returns:
+        The number of Hamburger layers changed.
+
+    Example:
+
+    >>> model = keras.Sequential([keras.Input((8, 8, 16)), Hamburger(rank=4, seed=0)])
+    >>> set_hamburger_eval_steps(model, 12)
+    1
+    """
+    check_positive_int("eval_steps", eval_steps, allow_none=True)
+    hamburgers = [layer for layer in model._flatten_layers(include_self=True)
+                  if isinstance(layer, Hamburger)]
+    if not hamburgers:
+        raise ValueError("set_hamburger_eval_steps needs a model with a Hamburger layer. Received: "
+                         f"model={model.name!r} with none")
+    for layer in hamburgers:
+        layer.eval_steps = eval_steps
+    return len(hamburgers)
+
+
 def _ham(method):
     def factory(**kwargs):
         return Hamburger(method=method, **kwargs)
