@@ -141,6 +141,14 @@ def _cell(summary, digits, interval=True):
     return text
 
 
+def _reached(metric, entry):
+    """`` (2 of 3 seeds)`` for a steps-to-target metric: its mean is over the seeds that
+    reached the target, which may be fewer than the arm's runs."""
+    if metric.reached is None or not entry["n"]:
+        return ""
+    return f" ({entry['metrics'][metric.name]['n']} of {entry['n']} seeds)"
+
+
 def _verdict(metric, comparison):
     if comparison["significant"] is None:
         return "too few pairs"
@@ -190,7 +198,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
         entry = arms[arm.name]
         lines.append(f"| {entry['label']} | {_flags(arm.overrides) or '–'} | {entry['n']} | "
                      + " | ".join(_cell(entry["metrics"][m.name], m.digits, bool(m.better))
-                                  for m in study.metrics) + " |")
+                                  + _reached(m, entry) for m in study.metrics) + " |")
     quality = [m for m in study.metrics if m.better]
     if quality:
         lines += ["", "## Paired differences against the baseline", "",
@@ -261,7 +269,8 @@ def _summary(study, arms, level):
                         f"[{comparison['ci_low']:+.{metric.digits}f}, "
                         f"{comparison['ci_high']:+.{metric.digits}f}]")
                 row.append(f"**{text}**" if comparison["significant"] else text)
-        row += [_fmt(entry["metrics"][m.name]["mean"], m.digits) for m in costs]
+        row += [_fmt(entry["metrics"][m.name]["mean"], m.digits) + _reached(m, entry)
+                for m in costs]
         lines.append("| " + " | ".join(row) + " |")
     return lines + [""]
 

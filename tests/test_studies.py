@@ -159,15 +159,22 @@ def test_report_of_fabricated_runs(tmp_path):
                   baseline="base", seeds=(0, 1, 2),
                   metrics=(Metric("accuracy", "acc", "results.json", "accuracy", "higher"),
                            Metric("loss", "loss", "results.json", "loss", "lower"),
-                           Metric("params", "params", "results.json", "params", digits=0)))
+                           Metric("params", "params", "results.json", "params", digits=0),
+                           Metric("steps_to_90", "steps to 90%", "val_accuracy",
+                                  "first_step_reaching", reached=0.9, digits=0)))
     rng = np.random.default_rng(0)
     base = rng.normal(0.8, 0.02, 3)
     values = {"base": base, "good": base + [0.1, 0.11, 0.12], "same": base + [0.01, -0.01, 0.0],
               "one": base[:1]}
     for arm, accuracies in values.items():
         for seed, accuracy in enumerate(accuracies):
-            _fake_cell(tmp_path / "runs" / "fake" / arm / f"seed{seed}", seed,
-                       {"accuracy": accuracy, "loss": 1.0 - accuracy}, {"model": arm})
+            directory = tmp_path / "runs" / "fake" / arm / f"seed{seed}"
+            _fake_cell(directory, seed, {"accuracy": accuracy, "loss": 1.0 - accuracy},
+                       {"model": arm})
+            # "good" reaches 90% at step 1,000 on seeds 0 and 1, the other arms never.
+            reached = 0.95 if arm == "good" and seed < 2 else 0.5
+            (directory / "history.csv").write_text(
+                f"step,val_accuracy\n500,0.4\n1000,{reached}\n")
     result = report(study, tmp_path / "runs", tmp_path / "out")
     assert len(result["runs"]) == 10
     assert result["missing"] == [["one", 1], ["one", 2]]
@@ -185,6 +192,8 @@ def test_report_of_fabricated_runs(tmp_path):
     assert "| same | base | acc |" in text and "no significant difference" in text
     assert "Partial study" in text and "one seed 1, one seed 2" in text
     assert "| good | 3 | 0.9" in text and "**+0.1100 [" in text  # the summary row
+    assert text.count("| 1,000 (2 of 3 seeds) |") == 2  # summary and per-arm rows of good
+    assert "| – (0 of 3 seeds) |" in text
     assert (tmp_path / "out" / "fake.png").stat().st_size > 0
 
 
