@@ -444,8 +444,8 @@ def set_hamburger_eval_steps(model, eval_steps):
     hamburgers = [layer for layer in model._flatten_layers(include_self=True)
                   if isinstance(layer, Hamburger)]
     if not hamburgers:
-        raise ValueError("set_hamburger_eval_steps needs a model with a Hamburger layer. Received: "
-                         f"model={model.name!r} with none")
+        raise ValueError("set_hamburger_eval_steps needs a model with a Hamburger layer. "
+                         f"Received: model={model.name!r} with none")
     for layer in hamburgers:
         layer.eval_steps = eval_steps
     return len(hamburgers)
