@@ -167,6 +167,8 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
     level = f"{confidence:.0%}"
     lines = [f"# Study `{study.name}`", "", study.description.strip(), "",
              f"Workflow `{study.workflow}`, config `{study.config}`"
+             + (" (an arm's own config is in its setting)"
+                if any(arm.config for arm in study.arms) else "")
              + (f" with {_flags(study.overrides)}" if study.overrides else "")
              + f"; deterministic mode; {len(runs)} runs. Quality metrics: mean ± sd [{level} "
              "t-interval] over seeds (costs: mean ± sd); Δ = arm − baseline over the same seeds (same data order), with its "
@@ -196,7 +198,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
               "|---|---|---|" + "---|" * len(study.metrics)]
     for arm in study.arms:
         entry = arms[arm.name]
-        lines.append(f"| {entry['label']} | {_flags(arm.overrides) or '–'} | {entry['n']} | "
+        lines.append(f"| {entry['label']} | {_setting(arm)} | {entry['n']} | "
                      + " | ".join(_cell(entry["metrics"][m.name], m.digits, bool(m.better))
                                   + _reached(m, entry) for m in study.metrics) + " |")
     quality = [m for m in study.metrics if m.better]
@@ -290,6 +292,15 @@ def _missing_text(study, missing):
 def _flags(overrides):
     flags = config_flags(overrides)
     return f"`{' '.join(flags)}`" if flags else ""
+
+
+def _setting(arm):
+    """The per-arm table's setting: the arm's own config and flags, led by its
+    ``--arm`` name where the table shows a label instead."""
+    flags = _flags({"config": arm.config, **arm.overrides} if arm.config else arm.overrides)
+    if arm.label and arm.label != arm.name:
+        return f"`--arm {arm.name}`: {flags or 'the study config'}"
+    return flags or "–"
 
 
 def _seeds(seeds):

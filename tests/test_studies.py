@@ -152,10 +152,12 @@ def _fake_cell(directory, seed, metrics, config, command=("python", "-m", "x")):
 
 
 def test_report_of_fabricated_runs(tmp_path):
-    """Verdicts follow each metric's direction; a missing cell is listed, and the
-    arm with one seed gets a mean only."""
+    """Verdicts follow each metric's direction; a missing cell is listed, the arm
+    with one seed gets a mean only, and each arm's setting names its flags (and its
+    ``--arm`` name where a label is shown)."""
     study = Study("fake", "sequence", "adding",
-                  (Arm("base"), Arm("good", {"model": "psf"}), Arm("same"), Arm("one")),
+                  (Arm("base"), Arm("good", {"model": "psf"}), Arm("same"),
+                   Arm("one", {"model": "psf"}, config="temporal_order", label="One")),
                   baseline="base", seeds=(0, 1, 2),
                   metrics=(Metric("accuracy", "acc", "results.json", "accuracy", "higher"),
                            Metric("loss", "loss", "results.json", "loss", "lower"),
@@ -194,6 +196,9 @@ def test_report_of_fabricated_runs(tmp_path):
     assert "| good | 3 | 0.9" in text and "**+0.1100 [" in text  # the summary row
     assert text.count("| 1,000 (2 of 3 seeds) |") == 2  # summary and per-arm rows of good
     assert "| – (0 of 3 seeds) |" in text
+    assert "| good | `--model psf` | 3 |" in text and "| same | – | 3 |" in text
+    assert "| One | `--arm one`: `--config temporal_order --model psf` | 1 |" in text
+    assert "config `adding` (an arm's own config is in its setting)" in text
     assert (tmp_path / "out" / "fake.png").stat().st_size > 0
 
 
