@@ -4,7 +4,7 @@ import pytest
 
 from kctx.layers import Hamburger, SelfAttention2D, context_block, context_block_names
 
-SHAPE = (2, 4, 4, 16)
+SHAPE = (2, 4, 4, 32)  # 32 channels: ham_nmf_light's group norm has 32 groups
 
 
 def test_registered_names():
@@ -38,7 +38,7 @@ def test_none_is_identity():
 def test_every_block_fits_in_a_functional_model():
     for name in context_block_names():
         inputs = keras.Input(SHAPE[1:])
-        model = keras.Model(inputs, context_block(name)(keras.layers.Conv2D(16, 1)(inputs)))
+        model = keras.Model(inputs, context_block(name)(keras.layers.Conv2D(SHAPE[-1], 1)(inputs)))
         model.compile(optimizer="sgd", loss="mse")
         x = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
         loss = model.fit(x, x, epochs=1, verbose=0).history["loss"][0]
@@ -50,7 +50,7 @@ def test_every_block_predicts_deterministically_with_default_arguments(name, tmp
     """predict twice and after a .keras reload: equal outputs, also for the hams built
     without a seed (their inference dictionary is a saved weight)."""
     inputs = keras.Input(SHAPE[1:])
-    model = keras.Model(inputs, context_block(name)(keras.layers.Conv2D(16, 1)(inputs)))
+    model = keras.Model(inputs, context_block(name)(keras.layers.Conv2D(SHAPE[-1], 1)(inputs)))
     x = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
     expected = model.predict(x, verbose=0)
     np.testing.assert_array_equal(model.predict(x, verbose=0), expected)

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import numpy_reference as ref
-from kctx.layers import Hamburger, set_hamburger_eval_steps
+from kctx.layers import OFFICIAL_VARIANTS, Hamburger, context_block, set_hamburger_eval_steps
 from kctx.ops import decompose
 from kctx.testing import mirrored_strategy, run_layer_test
 
@@ -42,8 +42,28 @@ def test_layer_standards_unseeded_random_init():
     run_layer_test(Hamburger, dict(rank=4), SHAPE)
 
 
+def _numpy_batch_norm(h, norm, training):
+    if training:
+        mean, var = h.mean(axis=(0, 1)), h.var(axis=(0, 1))
+    else:
+        mean, var = norm.moving_mean.numpy(), norm.moving_variance.numpy()
+    return (h - mean) / np.sqrt(var + norm.epsilon) * norm.gamma.numpy() + norm.beta.numpy()
+
+
+def _numpy_group_norm(h, norm):
+    """GroupNorm (Wu & He 2018) of (B, N, C): statistics per sample over N and C/G channels."""
+    batch, positions, channels = h.shape
+    g = h.reshape(batch, positions, norm.groups, channels // norm.groups)
+    mean = g.mean(axis=(1, 3), keepdims=True)
+    var = g.var(axis=(1, 3), keepdims=True)
+    g = ((g - mean) / np.sqrt(var + norm.epsilon)).reshape(h.shape)
+    return g * norm.gamma.numpy() + norm.beta.numpy()
+
+
 def _numpy_hamburger(layer, z, bases, steps, training):
-    """Y = Z + BN(W_u M(ReLU(W_l Z + b)))  (Eq. 5–6), with the group split of d."""
+    """Y = [ReLU](Z + [σ·]norm(W_u [cheese](M(ReLU(W_l Z + b)))))  (Eq. 5–6, the official
+    final ReLU, V2's cheese = ReLU(BN(W_c ·)), norm = BN / GN / none), with the group
+    split of d."""
     w_l = layer.lower_bread_kernel.numpy().astype("float64")
     b_l = layer.lower_bread_bias.numpy().astype("float64")
     w_u = layer.upper_bread_kernel.numpy().astype("float64")
@@ -59,20 +79,38 @@ def _numpy_hamburger(layer, z, bases, steps, training):
             cols = slice(g * group_dim, (g + 1) * group_dim)
             X, D0 = x[n][:, cols].T, bases[g].astype("float64")
             if layer.method == "nmf":
-                out = ref.nmf(X, D0, steps, eps=layer.eps * X.max(), temperature=temperature)[0]
+                eps = layer.eps * X.max() if layer.relative_eps else layer.eps
+                out = ref.nmf(X, D0, steps, eps=eps, temperature=temperature)[0]
             elif layer.method == "vq":
                 out = ref.vq(X, D0, steps, temperature)[0]
             else:
                 out = ref.cd(X, D0, steps, temperature, layer.beta)[0]
             recon[n][:, cols] = out.T
+    if layer.cheese:
+        cheese = recon @ layer.cheese_kernel.numpy().astype("float64")
+        recon = np.maximum(_numpy_batch_norm(cheese, layer.cheese_norm, training), 0)
     h = recon @ w_u
-    norm = layer.norm
-    if training:
-        mean, var = h.mean(axis=(0, 1)), h.var(axis=(0, 1))
-    else:
-        mean, var = norm.moving_mean.numpy(), norm.moving_variance.numpy()
-    h = (h - mean) / np.sqrt(var + norm.epsilon) * norm.gamma.numpy() + norm.beta.numpy()
-    return z + h.reshape(z.shape)
+    if layer.norm_type == "batch":
+        h = _numpy_batch_norm(h, layer.norm, training)
+    elif layer.norm_type == "group":
+        h = _numpy_group_norm(h, layer.norm)
+    if layer.residual_scale_init is not None:
+        h = h * layer.residual_scale.numpy()
+    y = z + h.reshape(z.shape)
+    return np.maximum(y, 0) if layer.final_relu else y
+
+
+def _randomize_norms(layer, rng):
+    """Non-trivial norm states, so the folded inference paths are checked."""
+    for norm in (layer.norm, layer.cheese_norm):
+        if norm is None:
+            continue
+        size = norm.gamma.shape[0]
+        norm.gamma.assign(rng.uniform(0.5, 1.5, size))
+        norm.beta.assign(rng.standard_normal(size))
+        if hasattr(norm, "moving_mean"):
+            norm.moving_mean.assign(rng.standard_normal(size))
+            norm.moving_variance.assign(rng.uniform(0.5, 2.0, size))
 
 
 @pytest.mark.parametrize(
@@ -85,21 +123,85 @@ def test_forward_matches_numpy_reference(kwargs, training):
     layer = Hamburger(rank=3, steps=4, init="fixed", seed=0, **kwargs)
     z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
     layer.build(SHAPE)
-    rng = np.random.default_rng(1)
-    # Non-trivial batch-norm state, so the folded inference path is checked.
-    norm = layer.norm
-    norm.gamma.assign(rng.uniform(0.5, 1.5, 16))
-    norm.beta.assign(rng.standard_normal(16))
-    norm.moving_mean.assign(rng.standard_normal(16))
-    norm.moving_variance.assign(rng.uniform(0.5, 2.0, 16))
+    _randomize_norms(layer, np.random.default_rng(1))
     got = layer(z, training=training).numpy()
     expected = _numpy_hamburger(layer, z, layer.bases.numpy(), 4, training)
     np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
 
 
+OFFICIAL_SHAPE = (2, 5, 4, 32)  # 32 channels: LightHam's group norm has 32 groups
+
+
+@pytest.mark.parametrize("variant", sorted(OFFICIAL_VARIANTS))
+@pytest.mark.parametrize("training", [False, True])
+def test_official_variants_match_numpy_reference(variant, training):
+    """V1 (BN), V2 (cheese, no norm), LightHam (GN, BPTT, K = 6 / 7, r = 16), each with the
+    absolute 1e-6 guard and ReLU(Z + ·), against the NumPy reference of the block."""
+    layer = context_block(f"ham_nmf_{variant}", rank=5, init="fixed", seed=0)
+    assert {key: getattr(layer, "norm_type" if key == "norm" else key)
+            for key in OFFICIAL_VARIANTS[variant] if key != "rank"} == \
+        {key: value for key, value in OFFICIAL_VARIANTS[variant].items() if key != "rank"}
+    layer.build(OFFICIAL_SHAPE)
+    _randomize_norms(layer, np.random.default_rng(1))
+    z = np.random.default_rng(0).standard_normal(OFFICIAL_SHAPE).astype("float32")
+    steps = layer.steps if training else layer.eval_steps
+    expected = _numpy_hamburger(layer, z, layer.bases.numpy(), steps, training)
+    got = layer(z, training=training).numpy()
+    np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
+    assert (got >= 0).all() and (got == 0).mean() > 0.2  # the final ReLU
+    # The seeded random-init dictionary at inference is init="fixed"'s (the same draw).
+    if not training:
+        seeded = context_block(f"ham_nmf_{variant}", rank=5, seed=0)
+        seeded.build(OFFICIAL_SHAPE)
+        seeded.set_weights([w for w in layer.get_weights() if w.shape != (1, 32, 5)])
+        np.testing.assert_allclose(seeded(z, training=False).numpy(), got, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", sorted(OFFICIAL_VARIANTS))
+def test_official_variants_serialize_and_train(variant):
+    run_layer_test(Hamburger, dict(OFFICIAL_VARIANTS[variant], rank=4, seed=1), OFFICIAL_SHAPE)
+
+
+def test_light_ham_backpropagates_through_every_step():
+    z = tf.constant(np.random.default_rng(0).uniform(size=OFFICIAL_SHAPE).astype("float32"))
+    grads = {}
+    for one_step in (True, False):
+        layer = Hamburger(**dict(OFFICIAL_VARIANTS["light"], one_step_gradient=one_step,
+                                 rank=4, init="fixed", seed=0))
+        layer.build(OFFICIAL_SHAPE)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(layer(z, training=True)))
+        grads[one_step] = tape.gradient(loss, layer.lower_bread_kernel).numpy()
+    assert np.all(np.isfinite(grads[False])) and np.any(grads[False] != 0)
+    assert not np.allclose(grads[False], grads[True], rtol=1e-3, atol=1e-6)
+
+
+def test_models_saved_before_the_official_options_keep_eq6(tmp_path):
+    """A config without ``final_relu`` (kctx before the official options) loads as the Eq. 6
+    block it was trained with: no ReLU after the sum."""
+    layer = Hamburger(rank=3, seed=0)
+    config = layer.get_config()
+    assert config["final_relu"] is True and config["norm"] == "batch"
+    for key in ("final_relu", "cheese", "norm", "norm_groups", "relative_eps"):
+        config.pop(key)
+    old = Hamburger.from_config(config)
+    assert old.final_relu is False and old.norm_type == "batch" and old.relative_eps
+    z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    old.build(SHAPE)
+    new = Hamburger(rank=3, seed=0)
+    new.build(SHAPE)
+    new.set_weights(old.get_weights())
+    np.testing.assert_allclose(new(z, training=False), np.maximum(old(z, training=False), 0),
+                               rtol=1e-6, atol=1e-6)
+
+
 def test_residual_scale_starts_as_identity_and_learns():
-    layer = Hamburger(rank=3, residual_scale_init=0.0, seed=0)
+    # σ = 0 (HamGAN, V2+'s ZERO_HAM): the branch starts at zero; with the final ReLU
+    # the block starts as ReLU(Z).
     z = tf.constant(np.random.default_rng(0).standard_normal(SHAPE).astype("float32"))
+    with_relu = Hamburger(rank=3, residual_scale_init=0.0, seed=0)
+    np.testing.assert_array_equal(with_relu(z, training=True).numpy(), np.maximum(z, 0))
+    layer = Hamburger(rank=3, residual_scale_init=0.0, final_relu=False, seed=0)
     np.testing.assert_array_equal(layer(z, training=True).numpy(), z.numpy())
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(layer(z, training=True) * tf.reverse(z, axis=[0]))
@@ -107,7 +209,7 @@ def test_residual_scale_starts_as_identity_and_learns():
     assert float(grad) != 0.0
     # σ scales exactly the branch of Eq. 6.
     layer.residual_scale.assign(0.3)
-    plain = Hamburger(rank=3, seed=0)
+    plain = Hamburger(rank=3, final_relu=False, seed=0)
     plain.build(SHAPE)
     plain.set_weights([w for w in layer.get_weights() if np.ndim(w) != 0])
     np.testing.assert_allclose(layer(z, training=False) - z, 0.3 * (plain(z, training=False) - z),
@@ -316,6 +418,10 @@ def test_no_nan_for_zero_or_huge_inputs(scale):
         (dict(residual_scale_init="zero"), "residual_scale_init='zero'"),
         (dict(init="learned"), "one_step_gradient=True"),
         (dict(data_format="channels_first"), "data_format='channels_first'"),
+        (dict(norm="layer"), "norm='layer'"),
+        (dict(norm_groups=0), "norm_groups=0"),
+        (dict(final_relu="yes"), "final_relu='yes'"),
+        (dict(cheese=1), "cheese=1"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, match):
@@ -328,3 +434,5 @@ def test_bad_inputs_are_named():
         Hamburger()(np.zeros((2, 16, 8), "float32"))
     with pytest.raises(ValueError, match="latent_dim=16, groups=3"):
         Hamburger(groups=3).build((2, 4, 4, 16))
+    with pytest.raises(ValueError, match="channels=16, norm_groups=32"):
+        Hamburger(norm="group").build((2, 4, 4, 16))

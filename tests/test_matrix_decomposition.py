@@ -121,6 +121,36 @@ def test_bptt_gradient_is_full_derivative_and_differs(method, nonnegative, tempe
     assert not np.allclose(bptt, one_step, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("one_step_gradient", [True, False])
+def test_absolute_eps_is_the_official_update(one_step_gradient):
+    """relative_eps=False: C ← C ⊙ xD / (C DᵀD + eps) on x itself (official code), not on
+    x / max|x|; a large eps and inputs of magnitude 5 make the two differ."""
+    x, bases = _inputs(seed=8)
+    x = 5.0 * x
+    eps, steps = 0.05, 3
+    got = matrix_decomposition(x, bases, steps=steps, eps=eps, relative_eps=False,
+                               one_step_gradient=one_step_gradient)
+    expected = np.stack([ref.nmf(x[b].T, bases[b], steps, eps=eps)[0].T for b in range(B)])
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, rtol=1e-6, atol=1e-7)
+    relative = matrix_decomposition(x, bases, steps=steps, eps=eps)
+    assert not np.allclose(ops.convert_to_numpy(relative), expected, rtol=1e-3)
+    # Its BPTT gradient is the full derivative of the same function.
+    weights = np.random.default_rng(9).standard_normal((B, N, D_CH))
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        loss = tf.reduce_sum(weights * matrix_decomposition(
+            xt, tf.constant(bases), steps=steps, eps=eps, relative_eps=False,
+            one_step_gradient=False))
+    got_grad = tape.gradient(loss, xt).numpy()
+    for b in range(B):
+        def full(X, b=b):
+            return np.sum(weights[b].T * ref.nmf(X, bases[b], steps, eps=eps)[0])
+
+        np.testing.assert_allclose(got_grad[b].T, ref.numerical_gradient(full, x[b].T),
+                                   rtol=1e-4, atol=1e-5)
+
+
 def test_nmf_reconstruction_error_decreases_with_steps():
     rng = np.random.default_rng(7)
     # A noisy rank-4 non-negative matrix.

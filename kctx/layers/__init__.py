@@ -10,7 +10,7 @@ from kctx.layers.context_block import (
 )
 from kctx.layers.attention import Attention2D
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
-from kctx.layers.hamburger import Hamburger, set_hamburger_eval_steps
+from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
 from kctx.layers.kronecker_attention import KroneckerAttention2D
 from kctx.layers.latent_gnn import LatentGNN2D
@@ -29,6 +29,7 @@ __all__ = [
     "EfficientNonLocal2D",
     "Hamburger",
     "KroneckerAttention2D",
+    "OFFICIAL_VARIANTS",
     "LatentGNN2D",
     "NonLocal2D",
     "PSFAttention",

@@ -19,6 +19,7 @@ from kctx.ops.matrix_decomposition import METHODS, decompose, initial_bases
 from kctx.ops.replicas import cross_replica_mean
 
 INITS = ("random", "online", "fixed", "learned")
+NORMS = ("batch", "group", None)
 
 # Default temperature per method: the official code fixes T = 1 for the NMF
 # code initialisation; for VQ/CD the paper recommends a low T and finds
@@ -35,14 +36,35 @@ class Hamburger(keras.layers.Layer):
     input must be non-negative), the ham M factorises the H·W × d feature
     matrix into a rank-r product D·C by K steps of an optimisation algorithm
     (Alg. 1–3, see :func:`kctx.ops.matrix_decomposition`), a 1×1 "upper
-    bread" W_u maps d back to C, then batch normalisation and the skip
+    bread" W_u maps d back to C, then a normalisation and the skip
     connection. With ``groups`` = S > 1 the d channels are split into S
     independent d/S-channel decompositions (``MD_S`` of the official code).
 
-    Cost is O(n·d·r) per step instead of self-attention's O(n²·d). The upper
-    bread is applied to the factors, W_u·(D·C) = (W_u·D)·C, which gives the
-    same output without materialising the n × d reconstruction and saves one
-    n·d·C matmul (kctx's MAC count is therefore below the paper's Table 3).
+    Every official implementation ends with a ReLU after the residual sum,
+    Y = ReLU(Z + BN(W_u · M(W_l · Z))) — Enjoy-Hamburger's ``HamburgerV1`` / ``V2``
+    and SegNeXt's ``LightHamHead`` — which Eq. 6 omits; ``final_relu=True`` (the
+    default) applies it, ``final_relu=False`` gives Eq. 6 as printed (and
+    HamGAN's block, which has none). The official variants are options of this
+    one class (:data:`OFFICIAL_VARIANTS` holds their settings):
+
+    * V1 (Enjoy-Hamburger, ``VERSION='V1'``): upper bread + batch norm
+      (``norm="batch"``), one-step gradient, absolute update guard.
+    * V2 (the official default, ``VERSION='V2'``): a 1×1 conv-BN-ReLU
+      "cheese" on the d channels after the ham (``cheese=True``) and an upper
+      bread without a norm (``norm=None``).
+    * SegNeXt's LightHamHead: group norm with 32 groups after the upper bread
+      (``norm="group"``), back-propagation through all K steps
+      (``one_step_gradient=False``), K = 6 in training and 7 at evaluation,
+      r = 16, the absolute update guard 1e-6 (``relative_eps=False``).
+    * V2+'s ``ZERO_HAM`` (a learnable branch scale starting at 0):
+      ``residual_scale_init=0.0``.
+
+    Cost is O(n·d·r) per step instead of self-attention's O(n²·d). The
+    1×1 convolution that follows the ham (the upper bread, or V2's cheese) is
+    applied to the factors, W·(D·C) = (W·D)·C, which gives the same output
+    without materialising the n × d reconstruction and saves one n·d·C matmul
+    (kctx's MAC count is therefore below the paper's Table 3); at inference the
+    batch norm after it is folded into the r × C projected dictionary.
 
     The ham always computes in float32 (also under ``mixed_bfloat16`` /
     ``mixed_float16``) and is cast back to the compute dtype. Gradients use the
@@ -55,6 +77,10 @@ class Hamburger(keras.layers.Layer):
     Train as the paper does, with a learning rate decaying to zero, and in
     short runs use a faster average (e.g. ``norm_momentum=0.9``); see
     ``notebooks/hamburger.ipynb``.
+
+    Models saved before these options existed (no ``final_relu`` in their
+    config) load with ``final_relu=False``: they keep the Eq. 6 block they
+    were trained with.
 
     Args:
         rank: r, number of dictionary atoms (the paper uses d = 8r).
@@ -76,8 +102,11 @@ class Hamburger(keras.layers.Layer):
         temperature: T of the softmax; ``None`` picks 1.0 for NMF and 0.1 for
             VQ/CD (Table 9).
         beta: β of the CD closed form (Appendix B).
-        eps: guard of the multiplicative updates, relative to the largest
-            feature magnitude.
+        eps: guard of the multiplicative updates (NMF) and of the VQ code sums.
+        relative_eps: NMF only: ``True`` (default) iterates on the features
+            divided by their largest magnitude, so ``eps`` is relative to it
+            (scale-invariant); ``False`` uses the absolute ``eps`` on the
+            features themselves, as the official code does (1e-6).
         one_step_gradient: ``True`` for the one-step gradient, ``False`` for
             back-propagation through all steps.
         online_rate: η of the ``"online"`` update,
@@ -97,9 +126,17 @@ class Hamburger(keras.layers.Layer):
         residual_scale_init: ``None`` for the paper's Y = Z + BN(H(Z))
             (Eq. 6); a number adds a learnable scalar σ with this initial
             value, Y = Z + σ·BN(H(Z)) — HamGAN uses σ = 0 (SAGAN's attention
-            scale), so the block starts as the identity.
-        norm_momentum: momentum of the batch normalisation.
-        norm_epsilon: epsilon of the batch normalisation.
+            scale), as does V2+'s ``ZERO_HAM``: the branch starts at zero.
+        final_relu: ReLU after the residual sum, as every official Hamburger
+            for segmentation (``True``, default); ``False``: Eq. 6 as printed.
+        cheese: V2's cheese, a 1×1 conv (no bias) + batch norm + ReLU on the d
+            channels between the ham and the upper bread.
+        norm: the normalisation after the upper bread: ``"batch"`` (V1, the
+            default), ``"group"`` (SegNeXt's LightHamHead) or ``None`` (V2).
+        norm_groups: groups of ``norm="group"`` (32 in SegNeXt); must divide C.
+        norm_momentum: momentum of the batch normalisations (Keras convention:
+            the official ``BN_MOM = 3e-4`` of PyTorch is 0.9997 here).
+        norm_epsilon: epsilon of the normalisations.
         kernel_initializer: initializer of both breads.
         kernel_regularizer: regularizer of both breads.
         data_format: must resolve to ``"channels_last"``.
@@ -142,11 +179,16 @@ class Hamburger(keras.layers.Layer):
         temperature=None,
         beta=0.1,
         eps=1e-6,
+        relative_eps=True,
         one_step_gradient=True,
         online_rate=0.9,
         seed=None,
         synchronized_batch_norm=False,
         residual_scale_init=None,
+        final_relu=True,
+        cheese=False,
+        norm="batch",
+        norm_groups=32,
         norm_momentum=0.99,
         norm_epsilon=1e-3,
         kernel_initializer="he_normal",
@@ -170,6 +212,12 @@ class Hamburger(keras.layers.Layer):
                 f"`online_rate` must be in (0, 1]. Received: online_rate={online_rate!r}"
             )
         check_optional_number("residual_scale_init", residual_scale_init)
+        check_choice("norm", norm, NORMS)
+        check_positive_int("norm_groups", norm_groups)
+        for flag, value in (("relative_eps", relative_eps), ("final_relu", final_relu),
+                            ("cheese", cheese), ("one_step_gradient", one_step_gradient)):
+            if not isinstance(value, bool):
+                raise ValueError(f"`{flag}` must be True or False. Received: {flag}={value!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
         if latent_dim is not None and latent_dim % groups:
@@ -194,24 +242,39 @@ class Hamburger(keras.layers.Layer):
         self.temperature = temperature
         self.beta = beta
         self.eps = eps
+        self.relative_eps = relative_eps
         self.one_step_gradient = one_step_gradient
         self.online_rate = online_rate
         self.seed = seed
         self.synchronized_batch_norm = synchronized_batch_norm
         self.residual_scale_init = residual_scale_init
+        self.final_relu = final_relu
+        self.cheese = cheese
+        self.norm_type = norm
+        self.norm_groups = norm_groups
         self.norm_momentum = norm_momentum
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.data_format = standardize_data_format(data_format)
         self.seed_generator = keras.random.SeedGenerator(seed)
-        self.norm = keras.layers.BatchNormalization(
+        self.cheese_norm = self._batch_norm("cheese_norm") if cheese else None
+        if norm == "batch":
+            self.norm = self._batch_norm("norm")
+        elif norm == "group":
+            self.norm = keras.layers.GroupNormalization(
+                groups=norm_groups, epsilon=norm_epsilon, dtype=self.dtype_policy, name="norm")
+        else:
+            self.norm = None
+
+    def _batch_norm(self, name):
+        return keras.layers.BatchNormalization(
             axis=-1,
-            momentum=norm_momentum,
-            epsilon=norm_epsilon,
-            synchronized=synchronized_batch_norm,
+            momentum=self.norm_momentum,
+            epsilon=self.norm_epsilon,
+            synchronized=self.synchronized_batch_norm,
             dtype=self.dtype_policy,
-            name="norm",
+            name=name,
         )
 
     @property
@@ -229,7 +292,13 @@ class Hamburger(keras.layers.Layer):
                 f"be divisible by `groups`. Received: latent_dim={latent_dim}, "
                 f"groups={self.groups}"
             )
+        if self.norm_type == "group" and channels % self.norm_groups:
+            raise ValueError(
+                "The input channels must be divisible by `norm_groups` for norm='group'. "
+                f"Received: channels={channels}, norm_groups={self.norm_groups}"
+            )
         self._channels = channels
+        self._latent_dim = latent_dim
         self._group_dim = latent_dim // self.groups
         self.lower_bread_kernel = self.add_weight(
             name="lower_bread_kernel",
@@ -280,7 +349,17 @@ class Hamburger(keras.layers.Layer):
                 trainable=False,
                 autocast=False,
             )
-        self.norm.build(tuple(input_shape[:-1]) + (channels,))
+        if self.cheese:
+            # Added last, so the order of the weights above is that of kctx 0.1.
+            self.cheese_kernel = self.add_weight(
+                name="cheese_kernel",
+                shape=(latent_dim, latent_dim),
+                initializer=self.kernel_initializer,
+                regularizer=self.kernel_regularizer,
+            )
+            self.cheese_norm.build(tuple(input_shape[:-1]) + (latent_dim,))
+        if self.norm is not None:
+            self.norm.build(tuple(input_shape[:-1]) + (channels,))
 
     def load_own_variables(self, store):
         if self.inference_bases is not None and len(store.keys()) == len(
@@ -356,33 +435,52 @@ class Hamburger(keras.layers.Layer):
         if training and self.init == "online":
             self._online_update(bases)
 
-        # Upper bread on the factors: X̄·W_u = C·(Dᵀ·W_u), per group.
+        # The 1×1 conv after the ham (the cheese, else the upper bread) on the factors:
+        # X̄·W = C·(Dᵀ·W), per group.
         compute_dtype = self.compute_dtype
         bases = ops.reshape(ops.cast(bases, compute_dtype), (batch, groups, group_dim, self.rank))
         codes = ops.reshape(ops.cast(codes, compute_dtype), (batch, groups, positions, self.rank))
-        kernel = ops.reshape(self.upper_bread_kernel, (groups, group_dim, self._channels))
+        if self.cheese:
+            x = ops.relu(self._factor_conv(codes, bases, self.cheese_kernel, self.cheese_norm,
+                                           training, (batch, height, width, self._latent_dim)))
+            y = ops.matmul(x, self.upper_bread_kernel)
+            if self.norm is not None:
+                y = self.norm(y, training=training)
+        else:
+            folded_norm = self.norm if self.norm_type == "batch" else None
+            y = self._factor_conv(codes, bases, self.upper_bread_kernel, folded_norm, training,
+                                  shape)
+            if self.norm_type == "group":
+                y = self.norm(y, training=training)
+        if self.residual_scale_init is not None:
+            y = self.residual_scale * y
+        outputs = inputs + y
+        return ops.relu(outputs) if self.final_relu else outputs
+
+    def _factor_conv(self, codes, bases, kernel, batch_norm, training, shape):
+        """BN(X̄·W) of ``shape`` (B, H, W, C') from the factors (B, S, N, r), (B, S, d/S, r)
+        and the (d, C') kernel W, without the n × d reconstruction X̄; the batch norm
+        (optional) folded into the r × C' projected dictionary at inference."""
+        groups = self.groups
+        kernel = ops.reshape(kernel, (groups, self._group_dim, kernel.shape[-1]))
         projected_bases = ops.einsum("bsdr,sdc->bsrc", bases, kernel)
-        use_batch_statistics = training and self.norm.trainable
-        if not use_batch_statistics:
-            # Inference: fold the batch norm into the r×C projected bases, so
-            # it costs a bias add instead of passes over the feature map.
-            norm_scale, norm_shift = self._folded_norm()
+        use_batch_statistics = batch_norm is not None and training and batch_norm.trainable
+        norm_shift = None
+        if batch_norm is not None and not use_batch_statistics:
+            # Inference: fold the batch norm into the r×C' projected bases, so it
+            # costs a bias add instead of passes over the feature map.
+            norm_scale, norm_shift = self._folded_norm(batch_norm)
             projected_bases = projected_bases * norm_scale
         if groups == 1:
             y = ops.matmul(codes[:, 0], projected_bases[:, 0])
         else:
             y = ops.einsum("bsnr,bsrc->bnc", codes, projected_bases)
         if use_batch_statistics:
-            y = self.norm(ops.reshape(y, shape), training=True)
-        else:
-            y = ops.reshape(y + norm_shift, shape)
-        if self.residual_scale_init is not None:
-            y = self.residual_scale * y
-        return inputs + y
+            return batch_norm(ops.reshape(y, shape), training=True)
+        return ops.reshape(y if norm_shift is None else y + norm_shift, shape)
 
-    def _folded_norm(self):
+    def _folded_norm(self, norm):
         """BN(y) = y·a + b with the moving statistics: a = γ/√(σ²+ε), b = β − μ·a."""
-        norm = self.norm
         scale = norm.gamma * ops.rsqrt(norm.moving_variance + norm.epsilon)
         shift = norm.beta - norm.moving_mean * scale
         return ops.cast(scale, self.compute_dtype), ops.cast(shift, self.compute_dtype)
@@ -404,11 +502,16 @@ class Hamburger(keras.layers.Layer):
                 "temperature": self.temperature,
                 "beta": self.beta,
                 "eps": self.eps,
+                "relative_eps": self.relative_eps,
                 "one_step_gradient": self.one_step_gradient,
                 "online_rate": self.online_rate,
                 "seed": self.seed,
                 "synchronized_batch_norm": self.synchronized_batch_norm,
                 "residual_scale_init": self.residual_scale_init,
+                "final_relu": self.final_relu,
+                "cheese": self.cheese,
+                "norm": self.norm_type,
+                "norm_groups": self.norm_groups,
                 "norm_momentum": self.norm_momentum,
                 "norm_epsilon": self.norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
@@ -417,6 +520,13 @@ class Hamburger(keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before the official options existed: keep the Eq. 6 block it was trained
+        # with (no final ReLU); the other new options' defaults are the old behaviour.
+        config = {"final_relu": False, **config}
+        return super().from_config(config)
 
 
 def set_hamburger_eval_steps(model, eval_steps):
@@ -451,20 +561,46 @@ def set_hamburger_eval_steps(model, eval_steps):
     return len(hamburgers)
 
 
-def _ham(method):
-    def factory(**kwargs):
-        return Hamburger(method=method, **kwargs)
+# The official Hamburgers' settings (Enjoy-Hamburger ``seg/HamNet/settings.py``:
+# VERSION, MD_R, TRAIN_STEPS / EVAL_STEPS, BN_MOM = 3e-4; SegNeXt's configs: MD_R = 16,
+# train_steps 6, eval_steps 7, GN with 32 groups), as Hamburger arguments. Every one
+# runs NMF with its absolute 1e-6 guard, C₀ = softmax(x·D) (INV_T = 1) and ends with
+# ReLU(Z + ·). d is the input's channels in all three (MD_D = 512 = CHANNELS; LightHam:
+# ham_channels).
+OFFICIAL_VARIANTS = {
+    # Enjoy-Hamburger HamburgerV1: upper bread + BN, one-step gradient.
+    "v1": dict(method="nmf", rank=64, steps=6, eval_steps=6, norm="batch", cheese=False,
+               final_relu=True, relative_eps=False, one_step_gradient=True,
+               norm_momentum=0.9997, norm_epsilon=1e-5),
+    # HamburgerV2 (the official default): conv-BN-ReLU cheese, upper bread without a norm.
+    "v2": dict(method="nmf", rank=64, steps=6, eval_steps=6, norm=None, cheese=True,
+               final_relu=True, relative_eps=False, one_step_gradient=True,
+               norm_momentum=0.9997, norm_epsilon=1e-5),
+    # SegNeXt's LightHamHead: GN(32) after the upper bread, BPTT through all K steps.
+    "light": dict(method="nmf", rank=16, steps=6, eval_steps=7, norm="group", norm_groups=32,
+                  cheese=False, final_relu=True, relative_eps=False, one_step_gradient=False,
+                  norm_epsilon=1e-5),
+}
 
-    factory.__doc__ = f"Hamburger with the {method.upper()} ham (kwargs go to Hamburger)."
+
+def _ham(method, variant=None):
+    def factory(**kwargs):
+        defaults = dict(OFFICIAL_VARIANTS[variant]) if variant else {"method": method}
+        return Hamburger(**{**defaults, **kwargs})
+
+    factory.__doc__ = (f"Hamburger with the {method.upper()} ham (kwargs go to Hamburger)"
+                       if variant is None else
+                       f"The official Hamburger {variant!r} (OFFICIAL_VARIANTS; kwargs override).")
     return factory
 
 
 def _gan_recipe(channels):
     # HamGAN (Appendix E.4): d = C, r = d/8, K = 6, cross-replica BN and a residual scale
-    # σ = 0 (SAGAN's γ), so G and D start without the block; a seeded dictionary, so a
-    # trained generator samples reproducibly.
+    # σ = 0 (SAGAN's γ), so G and D start without the block; no ReLU after the sum (the
+    # official HamGAN's `shortcut + sigma * x`); a seeded dictionary, so a trained
+    # generator samples reproducibly.
     return dict(rank=max(1, channels // 8), steps=6, synchronized_batch_norm=True,
-                residual_scale_init=0.0, seed=0)
+                residual_scale_init=0.0, final_relu=False, seed=0)
 
 
 def _segmentation_recipe(channels):
@@ -473,6 +609,14 @@ def _segmentation_recipe(channels):
     return dict(rank=64, steps=6, seed=0)
 
 
+def _seeded_recipe(channels):
+    # The official variants keep their own settings; seeded for reproducible evaluation.
+    return dict(seed=0)
+
+
 for _method in METHODS:
     register_context_block(f"ham_{_method}", _ham(_method),
                            recipes={"gan": _gan_recipe, "segmentation": _segmentation_recipe})
+for _variant in OFFICIAL_VARIANTS:
+    register_context_block(f"ham_nmf_{_variant}", _ham("nmf", _variant),
+                           recipes={"segmentation": _seeded_recipe})

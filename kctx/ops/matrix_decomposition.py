@@ -78,28 +78,43 @@ def _nmf_bases_update(x_scaled_t_codes, codes, bases, eps):
     return bases * x_scaled_t_codes / (ops.matmul(bases, gram) + eps)
 
 
-def _nmf(x, bases, steps, temperature, eps, one_step_gradient):
+# Below float32's resolution of any denominator the updates meet, above its underflow: the
+# floor of the absolute guard in scaled units (eps / s²), so it never rounds to 0 (0 / 0).
+_MIN_SCALED_EPS = 1e-30
+
+
+def _nmf(x, bases, steps, temperature, eps, one_step_gradient, relative_eps=True):
+    # Iterate on C̃ = C / s and x̃ = x / s, s = max|x|, so every intermediate stays finite
+    # for any input magnitude. x̃ is never materialised: 1/s is folded into the small
+    # d×r factors (x̃·D = x·(D/s), x̃ᵀ·C̃ = (xᵀ·C̃)/s). With relative_eps, eps applies to
+    # the scaled updates (relative to s); without, it is the official absolute guard on
+    # x itself, which in scaled units is eps/s in the code updates and eps/s² in the
+    # dictionary updates (divide the numerator and denominator of Alg. 2 by s or s²).
     scale = magnitude(x)
     inv_scale = 1.0 / scale
+    if relative_eps:
+        codes_eps = bases_eps = eps
+    else:
+        codes_eps = ops.maximum(eps * inv_scale, _MIN_SCALED_EPS)
+        bases_eps = ops.maximum(eps * ops.square(inv_scale), _MIN_SCALED_EPS)
     # x·D of the *unscaled* input: C₀ = softmax(x·D / T) exactly as the
     # official code; the same product is the numerator of the first C update.
     xd = ops.einsum("bnd,bdr->bnr", x, bases)
     codes = ops.softmax(xd / temperature, axis=-1)
     xd = xd * inv_scale
-    # Iterate on C̃ = C / s and x̃ = x / s. x̃ is never materialised: 1/s is
-    # folded into the small d×r factors (x̃·D = x·(D/s), x̃ᵀ·C̃ = (xᵀ·C̃)/s).
     for step in range(steps):
         if step > 0:
             xd = ops.einsum("bnd,bdr->bnr", x, bases * inv_scale)
-        codes = _nmf_codes_update(xd, codes, bases, eps)
+        # C₀ is the official softmax itself (not C₀ / s): its update keeps eps as it is.
+        codes = _nmf_codes_update(xd, codes, bases, eps if step == 0 else codes_eps)
         xtc = ops.einsum("bnd,bnr->bdr", x, codes) * inv_scale
-        bases = _nmf_bases_update(xtc, codes, bases, eps)
+        bases = _nmf_bases_update(xtc, codes, bases, bases_eps)
     if one_step_gradient:
         codes = ops.stop_gradient(codes)
         bases = ops.stop_gradient(bases)
     # The final code update carries the gradient (Sec. 2.3, Eq. 13).
     xd = ops.einsum("bnd,bdr->bnr", x, bases * inv_scale)
-    codes = _nmf_codes_update(xd, codes, bases, eps)
+    codes = _nmf_codes_update(xd, codes, bases, codes_eps)
     return bases, codes * scale
 
 
@@ -192,6 +207,7 @@ def decompose(
     beta=0.1,
     eps=1e-6,
     one_step_gradient=True,
+    relative_eps=True,
 ):
     """Factorise ``x ≈ codes @ bases^T`` and return ``(bases, codes)``.
 
@@ -207,9 +223,15 @@ def decompose(
         steps: K ≥ 1, number of iterations.
         temperature: T of the softmax (C₀ for NMF, every code update of VQ/CD).
         beta: β of the CD closed form.
-        eps: guard of the NMF multiplicative updates and the VQ code sums,
-            relative to the largest magnitude of ``x``.
+        eps: guard of the NMF multiplicative updates and the VQ code sums.
         one_step_gradient: ``False`` back-propagates through all K steps (BPTT).
+        relative_eps: NMF only. ``True`` (kctx's default): ``eps`` guards the updates
+            of x / max|x|, so it is relative to the input's magnitude and the
+            factorisation is scale-invariant. ``False``: the absolute ``eps`` of the
+            official code (Enjoy-Hamburger V1/V2, SegNeXt's LightHamHead:
+            ``coef * numerator / (denominator + 1e-6)`` on x itself), computed on
+            x / max|x| with the guard rescaled to match, so it stays finite for any
+            magnitude.
 
     Returns:
         ``(bases, codes)``: D (B, d, r) and C (B, N, r).
@@ -222,7 +244,7 @@ def decompose(
     bases = ops.convert_to_tensor(bases)
     _check_shapes(x, bases)
     if method == "nmf":
-        return _nmf(x, bases, steps, temperature, eps, one_step_gradient)
+        return _nmf(x, bases, steps, temperature, eps, one_step_gradient, relative_eps)
     if method == "vq":
         return _vq(x, bases, steps, temperature, eps, one_step_gradient)
     return _cd(x, bases, steps, temperature, beta, one_step_gradient)
@@ -237,6 +259,7 @@ def matrix_decomposition(
     beta=0.1,
     eps=1e-6,
     one_step_gradient=True,
+    relative_eps=True,
 ):
     """Low-rank reconstruction X̄ = D·C of ``x`` by a matrix decomposition.
 
@@ -266,8 +289,10 @@ def matrix_decomposition(
         steps: K, number of iterations (≥ 1).
         temperature: softmax temperature T.
         beta: ridge β of the CD closed form.
-        eps: guard of the multiplicative updates, relative to max|x|.
+        eps: guard of the multiplicative updates.
         one_step_gradient: use the one-step gradient instead of BPTT.
+        relative_eps: NMF's ``eps`` relative to max|x| (default) or absolute
+            (the official code); see :func:`decompose`.
 
     Returns:
         The reconstruction, a tensor of shape (B, N, d).
@@ -288,6 +313,7 @@ def matrix_decomposition(
         beta=beta,
         eps=eps,
         one_step_gradient=one_step_gradient,
+        relative_eps=relative_eps,
     )
     return ops.einsum("bnr,bdr->bnd", codes, bases)
 
