@@ -5,16 +5,21 @@ mixed-precision model; LiteRT post-training quantization on request), then loads
 in its own runtime: TensorFlow, ONNX Runtime or the LiteRT interpreter. Where that
 runtime cannot run the model it raises :class:`ExportError` naming the layer and the
 operation, and removes the artifact, so nothing is left that breaks at load time.
-:func:`load_artifact` gives a callable with ``model.predict``'s inputs and output.
+:func:`load_artifact` gives a callable with ``model.predict``'s inputs and output: several
+inputs go in the order of ``model.inputs`` in every format (a LiteRT artifact records that
+order in its flatbuffer metadata, since its signature lists them sorted by name), or as a
+dict by name.
 
 The ONNX and LiteRT runtimes are the ``export`` extra: ``pip install "kctx[export]"``
 (tf2onnx, onnxruntime, ai-edge-litert).
 """
 
+import json
 import os
 import re
 import shutil
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -23,6 +28,9 @@ from kctx.validation import check_choice
 FORMATS = ("tf_saved_model", "onnx", "litert")
 QUANTIZATIONS = ("none", "dynamic", "int8")
 SUFFIXES = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite"}
+# The LiteRT flatbuffer metadata entry (JSON list) that records the names of the inputs in
+# the order of ``model.inputs``: the signature lists them sorted by name.
+LITERT_INPUT_NAMES = "kctx_input_names"
 
 
 class ExportError(RuntimeError):
@@ -75,7 +83,7 @@ def float32_model(model):
 # ---------------------------------------------------------------------------
 
 
-def _litert_options(quantize, representative_data):
+def _litert_options(quantize, representative_data, input_names=None):
     import tensorflow as tf
 
     if quantize == "none":
@@ -88,8 +96,13 @@ def _litert_options(quantize, representative_data):
 
         def dataset():
             for inputs in representative_data:
-                yield [np.asarray(x) for x in (inputs if isinstance(inputs, (list, tuple))
-                                                else [inputs])]
+                if isinstance(inputs, dict):
+                    yield {name: np.asarray(x) for name, x in inputs.items()}
+                    continue
+                arrays = [np.asarray(x) for x in _as_list(inputs)]
+                # The calibrator feeds a list in the artifact's (sorted) input order: by name.
+                yield dict(zip(input_names, arrays)) if input_names and len(arrays) > 1 \
+                    else arrays
 
         options["representative_dataset"] = dataset
         # int8 kernels wherever LiteRT has them; float kernels for the rest.
@@ -200,9 +213,10 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
             structure = None
         if structure is not None and not isinstance(structure, dict):
             input_signature = [structure]
+    names = _signature_names(input_signature)
     options = {}
     if format == "litert":
-        options = _litert_options(quantize, representative_data)
+        options = _litert_options(quantize, representative_data, names)
     elif format == "onnx":
         options = {"opset_version": 18}
     _remove(path)
@@ -212,6 +226,8 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
     else:
         model.export(path, format=format, input_signature=input_signature, verbose=False,
                      **options)
+    if format == "litert" and names is not None and len(names) > 1:
+        _record_litert_input_names(path, names)
     try:
         _check_runtime(model, path, format,
                        representative_data[0] if representative_data else None)
@@ -219,6 +235,66 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         _remove(path)
         raise
     return path
+
+
+def _signature_names(input_signature):
+    """The names of ``input_signature``'s inputs in its order (``model.inputs``'), or
+    ``None`` where it is not a (nested) list of named tensors."""
+    if not isinstance(input_signature, (list, tuple)):
+        return None
+
+    def flat(structure):
+        if isinstance(structure, (list, tuple)):
+            return [leaf for item in structure for leaf in flat(item)]
+        return [structure]
+
+    names = [getattr(spec, "name", None) for spec in flat(input_signature)]
+    if not all(isinstance(name, str) and name for name in names) or \
+            len(set(names)) != len(names):
+        return None
+    return names
+
+
+def _litert_metadata(content, name):
+    """The bytes of metadata entry ``name`` of the LiteRT flatbuffer ``content``, or
+    ``None``."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(content, 0)
+    for index in range(model.MetadataLength()):
+        entry = model.Metadata(index)
+        if entry.Name() is not None and entry.Name().decode() == name:
+            buffer = model.Buffers(entry.Buffer())
+            if buffer.Offset() > 1:  # a model past 2 GB keeps its buffers after the flatbuffer
+                return bytes(content[buffer.Offset():buffer.Offset() + buffer.Size()])
+            return b"" if buffer.DataIsNone() else buffer.DataAsNumpy().tobytes()
+    return None
+
+
+def _record_litert_input_names(path, names):
+    """Write ``names`` (the inputs in the order of ``model.inputs``) into the LiteRT
+    artifact's metadata as :data:`LITERT_INPUT_NAMES`, where they name its signature's
+    inputs (else warn: it then takes them sorted by name)."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(path)
+    signature = [entry.name.decode() for entry in model.signatureDefs[0].inputs] \
+        if model.signatureDefs else []
+    if sorted(signature) != sorted(names):
+        warnings.warn(f"The LiteRT artifact's inputs are {signature}, not the model's {names}: "
+                      f"load_artifact takes them in the signature's (sorted) order unless "
+                      f"given `input_names`.", stacklevel=3)
+        return
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(json.dumps(names).encode(), dtype=np.uint8)
+    entry = schema.MetadataT()
+    entry.name = LITERT_INPUT_NAMES
+    entry.buffer = len(model.buffers)
+    model.buffers.append(buffer)
+    model.metadata = [item for item in model.metadata or []
+                      if item.name.decode() != LITERT_INPUT_NAMES] + [entry]
+    flatbuffer_utils.write_model(model, path)
 
 
 def _remove(path):
@@ -270,8 +346,7 @@ def _check_runtime(model, path, format, sample=None):
                                    " (It would need the select-TF-ops delegate.)")
     artifact = None
     try:
-        names = [x.name for x in getattr(model, "inputs", None) or []]
-        artifact = load_artifact(path, format, input_names=names if len(names) > 1 else None)
+        artifact = load_artifact(path, format)
         if sample is not None:
             artifact(sample)
     except ExportError:
@@ -309,19 +384,55 @@ def _single(outputs):
     return outputs[0] if len(outputs) == 1 else outputs
 
 
+def _check_input_names(input_names, names):
+    if input_names is not None and (names is None or sorted(input_names) != sorted(names)):
+        raise ValueError(f"`input_names` must name the artifact's inputs {names}. "
+                         f"Received: input_names={input_names!r}")
+    return list(input_names) if input_names is not None else None
+
+
+def _by_name(inputs, names, input_names=None):
+    """``{name: array}`` of ``inputs``: a dict by name, or an array or list of arrays in
+    the order of ``input_names`` (default ``names``: the artifact's, ``model.inputs``')."""
+    if isinstance(inputs, dict):
+        given, arrays = list(inputs), list(inputs.values())
+    else:
+        given, arrays = input_names or names, _as_list(inputs)
+    if len(arrays) != len(names) or sorted(given) != sorted(names):
+        received = sorted(inputs) if isinstance(inputs, dict) else f"{len(arrays)} arrays"
+        raise ValueError(f"The artifact takes {len(names)} inputs {names} (a list in that "
+                         f"order, or a dict by name). Received: {received}")
+    return {name: np.asarray(x) for name, x in zip(given, arrays)}
+
+
 class _SavedModel:
-    def __init__(self, path):
+    def __init__(self, path, input_names):
         import tensorflow as tf
 
         self.loaded = tf.saved_model.load(path)  # keeps the variables alive
+        # ``serve`` takes the inputs as ``model.inputs`` lists them (Keras's export).
+        try:
+            args = self.loaded.serve.concrete_functions[0].structured_input_signature[0]
+        except (AttributeError, IndexError):
+            args = ()
+        self.structure = args[0] if len(args) == 1 else None
+        specs = (self.structure if isinstance(self.structure, (list, tuple)) else
+                 [self.structure] if isinstance(self.structure, tf.TensorSpec) else None)
+        self.names = _signature_names(specs) if specs is not None and \
+            all(isinstance(spec, tf.TensorSpec) for spec in specs) else None
+        self.input_names = _check_input_names(input_names, self.names)
 
     def __call__(self, inputs):
+        if self.names is not None:
+            feed = _by_name(inputs, self.names, self.input_names)
+            arrays = [feed[name] for name in self.names]
+            inputs = arrays if isinstance(self.structure, (list, tuple)) else arrays[0]
         outputs = self.loaded.serve(list(inputs) if isinstance(inputs, tuple) else inputs)
         return _single([out.numpy() for out in _as_list(outputs)])
 
 
 class _OnnxSession:
-    def __init__(self, path, num_threads):
+    def __init__(self, path, num_threads, input_names):
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -330,11 +441,12 @@ class _OnnxSession:
             options.intra_op_num_threads = num_threads
         self.session = onnxruntime.InferenceSession(path, options,
                                                     providers=["CPUExecutionProvider"])
+        # The graph's inputs in the order of ``model.inputs`` (tf2onnx keeps it).
         self.names = [node.name for node in self.session.get_inputs()]
+        self.input_names = _check_input_names(input_names, self.names)
 
     def __call__(self, inputs):
-        feed = dict(zip(self.names, (np.asarray(x) for x in _as_list(inputs))))
-        return _single(self.session.run(None, feed))
+        return _single(self.session.run(None, _by_name(inputs, self.names, self.input_names)))
 
 
 class _LiteRTInterpreter:
@@ -344,39 +456,54 @@ class _LiteRTInterpreter:
         self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
         self.interpreter.allocate_tensors()  # fails here when an operation cannot run
         self.runner = self.interpreter.get_signature_runner()
-        names = self.interpreter.get_signature_list()["serving_default"]["inputs"]
-        # The signature lists the inputs sorted by name, not in the model's order.
-        if input_names is not None and sorted(input_names) != sorted(names):
-            raise ValueError(f"`input_names` must name the artifact's inputs {names}. "
-                             f"Received: input_names={input_names!r}")
-        self.names = list(input_names) if input_names is not None else names
+        # The signature lists the inputs sorted by name; export_model records the order
+        # of ``model.inputs`` in the metadata.
+        names = sorted(self.runner.get_input_details())
+        with open(path, "rb") as handle:
+            recorded = _litert_metadata(handle.read(), LITERT_INPUT_NAMES)
+        if recorded is not None:
+            recorded = json.loads(recorded.decode())
+            if sorted(recorded) == names:
+                names = recorded
+        self.names = names
+        self.input_names = _check_input_names(input_names, self.names)
 
     def __call__(self, inputs):
-        outputs = self.runner(**dict(zip(self.names, (np.asarray(x) for x in _as_list(inputs)))))
+        outputs = self.runner(**_by_name(inputs, self.names, self.input_names))
         return _single([outputs[name] for name in sorted(outputs)])
 
 
 def load_artifact(path, format, num_threads=None, input_names=None):
     """Load an exported artifact in its runtime.
 
+    Several inputs go in the order of ``model.inputs``, as to ``model.predict``, in every
+    format: a SavedModel's ``serve`` and an ONNX graph keep that order; a LiteRT
+    signature lists them sorted by name, and :func:`export_model` records the model's
+    order in the flatbuffer's metadata (entry :data:`LITERT_INPUT_NAMES`), so the
+    ``.tflite`` file travels alone. A LiteRT artifact without it (``model.export``'s own)
+    takes them sorted by name.
+
     Args:
         path: the artifact written by :func:`export_model` (or ``model.export``).
         format: one of :data:`FORMATS`.
         num_threads: CPU threads of ONNX Runtime / LiteRT (``None``: their default).
-        input_names: for a LiteRT model of several inputs, their names in the order
-            of ``model.inputs`` (``[x.name for x in model.inputs]``): its signature
-            lists them sorted by name, the order used when omitted.
+        input_names: optional, for a model of several inputs: their names in the order
+            in which the callable takes them, overriding the model's order (e.g. for a
+            LiteRT artifact without the recorded order).
 
     Returns:
-        ``fn(inputs) -> outputs`` with the inputs of ``model.predict`` (an array,
-        or a list of arrays in the order of ``model.inputs``) and a NumPy output.
+        ``fn(inputs) -> outputs`` with the inputs of ``model.predict`` (an array, a
+        list of arrays in the order of ``model.inputs``, or a dict of arrays by input
+        name) and a NumPy output. Its ``names`` lists the artifact's input names in
+        the order of ``model.inputs`` (``None`` for a SavedModel whose ``serve`` does
+        not take a flat list of named tensors: it gets ``inputs`` as they are).
     """
     check_choice("format", format, FORMATS)
     path = os.fspath(path)
     if format == "tf_saved_model":
-        return _SavedModel(path)
+        return _SavedModel(path, input_names)
     if format == "onnx":
-        return _OnnxSession(path, num_threads)
+        return _OnnxSession(path, num_threads, input_names)
     return _LiteRTInterpreter(path, num_threads, input_names)
 
 

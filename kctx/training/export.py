@@ -105,7 +105,7 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
     export_model(model, path, format=format, quantize=quantize,
                  representative_data=calibration or None)
     seconds = time.perf_counter() - start
-    artifact = load_artifact(path, format, input_names=[x.name for x in model.inputs])
+    artifact = load_artifact(path, format)  # takes model.predict's inputs
     expected = model.predict(compared, verbose=0)
     got = artifact(compared)
     difference = float(np.abs(got - expected).max())
