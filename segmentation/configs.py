@@ -25,7 +25,8 @@ class SegmentationConfig:
         dataset: digits_seg (embedded), voc, ade20k (local directories), oxford_iiit_pet or
             scene_parse150 (TFDS).
         num_classes: classes of the dataset (label 255 is ignored).
-        backbone: the dilated ResNet: resnet50, resnet101 or resnet_tiny.
+        backbone: the dilated ResNet (kctx.models.dilated_resnet): resnet50, resnet101 or
+            resnet_tiny (one bottleneck per stage, 1/4 width, for from-scratch CPU runs).
         output_stride: the backbone's downsampling, 8 or 16.
         crop_size: side of the training crops.
         batch_size: global batch size.
@@ -47,7 +48,11 @@ class SegmentationConfig:
         eval_size: evaluate images fitted into this square, batched (none: each image at
             its own size, one per batch).
         shuffle_buffer: examples in the training shuffle buffer.
-        backbone_weights: a .weights.h5 file of the backbone (none: random initialisation).
+        backbone_weights: the backbone's initial weights: a torchvision ResNet-50 / -101
+            checkpoint (.pth, e.g. torchvision's ImageNet resnet101-63fe2227.pth, HamNet's
+            and DeepLab's initialisation; read without PyTorch) or a Keras .weights.h5 of
+            the backbone (none: random initialisation). The model normalises its [-1, 1]
+            images as torchvision's ImageNet models expect.
         eval_multi_scale: score with softmax averaged over input scales 0.5–1.75 (the
             paper's protocol with eval_flip).
         eval_flip: also score the mirrored images.

@@ -1,75 +1,33 @@
 """HamNet-style segmenters: a dilated ResNet, a context head, bilinear upsampling.
 
-The backbone is ResNet v1.5 (bottleneck blocks, stride on the 3×3 conv, as
-keras-hub's and torchvision's ResNets) with its last stages dilated instead of
-strided, DeepLab style, for output stride 8 or 16. keras-hub's
-``ResNetBackbone`` cannot dilate, so the blocks are built here with the same
-layout. The head follows Geng et al. (ICLR 2021), Appendix E.3: 3×3
-conv-BN-ReLU to 512 channels, the context block (Hamburger, d = 512, r = 64,
-K = 6 by default, or any name of :func:`kctx.layers.context_block`), 3×3
-conv-BN-ReLU to 256, dropout 0.1, a 1×1 classifier and bilinear upsampling to
-the input size. ``context="aspp"`` swaps the head for DeepLabV3's ASPP as the
-comparison.
+The backbone is :func:`kctx.models.dilated_resnet`: torchvision's ResNet-50 /
+-101 (v1.5 bottlenecks) with its last stages dilated instead of strided,
+DeepLab style, for output stride 8 or 16, which loads torchvision's ImageNet
+weights (the initialisation of HamNet's and DeepLab's backbones). Images in
+[-1, 1] are mapped to torchvision's ImageNet normalisation inside the model
+before the backbone. The head follows Geng et al. (ICLR 2021), Appendix E.3:
+3×3 conv-BN-ReLU to 512 channels, the context block (Hamburger, d = 512,
+r = 64, K = 6 by default, or any name of :func:`kctx.layers.context_block`),
+3×3 conv-BN-ReLU to 256, dropout 0.1, a 1×1 classifier and bilinear upsampling
+to the input size. ``context="aspp"`` swaps the head for DeepLabV3's ASPP as
+the comparison.
 """
 
 import keras
 from keras import ops
 
-from kctx.layers import check_context_block, context_block
+from kctx.layers import ResizeToMatch, check_context_block, context_block
+from kctx.models.resnet import dilated_resnet, torchvision_normalization
 from kctx.validation import check_choice, check_positive_int
 
-# (bottleneck filters per stage, blocks per stage, stem filters).
+# Backbone names -> kctx.models.dilated_resnet arguments.
 BACKBONES = {
-    "resnet50": ((64, 128, 256, 512), (3, 4, 6, 3), 64),
-    "resnet101": ((64, 128, 256, 512), (3, 4, 23, 3), 64),
+    "resnet50": {"depth": 50},
+    "resnet101": {"depth": 101},
     # Small enough for CPU runs on 64×64 inputs: one block per stage, 1/4 width.
-    "resnet_tiny": ((16, 32, 64, 128), (1, 1, 1, 1), 16),
+    "resnet_tiny": {"depth": 14, "width": 16},
 }
-OUTPUT_STRIDES = (8, 16)
-BOTTLENECK_EXPANSION = 4
-
-
-@keras.saving.register_keras_serializable(package="kctx")
-class ResizeToMatch(keras.layers.Layer):
-    """Bilinearly resize ``inputs[0]`` to the height and width of ``inputs[1]``.
-
-    Spatial sizes may be unknown until run time (multi-scale evaluation feeds
-    several sizes to one model). Computes in the layer's dtype
-    (``dtype="float32"`` for logits under mixed precision).
-
-    Args:
-        **kwargs: base layer arguments (``name``, ``dtype``).
-
-    Call arguments:
-        inputs: ``[x, reference]``, both channels-last.
-
-    Example:
-
-    >>> x, reference = keras.ops.ones((2, 3, 5, 4)), keras.ops.zeros((2, 12, 20, 3))
-    >>> tuple(ResizeToMatch()([x, reference]).shape)
-    (2, 12, 20, 4)
-
-    Reference:
-        Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR
-        2021, Appendix E.3 (bilinear upsampling of the logits to the input).
-    """
-
-    def call(self, inputs):
-        x, reference = inputs
-        x = ops.cast(x, self.compute_dtype)
-        size = ops.shape(reference)[1:3]
-        if keras.backend.backend() == "tensorflow" and not all(isinstance(s, int) for s in size):
-            # keras.ops.image.resize checks `size[0] <= 0` in Python, which a size known
-            # only at run time fails when traced without AutoGraph (``model.export``):
-            # call the TensorFlow op that Keras calls.
-            import tensorflow as tf
-
-            return ops.cast(tf.image.resize(x, tf.stack(size), method="bilinear"), x.dtype)
-        return ops.image.resize(x, size, interpolation="bilinear")
-
-    def compute_output_shape(self, input_shapes):
-        x, reference = input_shapes
-        return (x[0], reference[1], reference[2], x[-1])
+IMAGE_RANGE = (-1.0, 1.0)  # segmentation.data's images
 
 
 @keras.saving.register_keras_serializable(package="kctx")
@@ -144,69 +102,6 @@ def _conv_norm_relu(x, filters, kernel_size, name, synchronized):
     return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
-def _bottleneck(x, filters, strides, dilation, name, synchronized):
-    out_channels = filters * BOTTLENECK_EXPANSION
-    shortcut = x
-    if strides > 1 or x.shape[-1] != out_channels:
-        shortcut = keras.layers.Conv2D(out_channels, 1, strides=strides, use_bias=False,
-                                       name=f"{name}_shortcut_conv")(x)
-        shortcut = _norm(f"{name}_shortcut_norm", synchronized)(shortcut)
-    y = _conv_norm_relu(x, filters, 1, f"{name}_1", synchronized)
-    y = keras.layers.Conv2D(filters, 3, strides=strides, padding="same", dilation_rate=dilation,
-                            use_bias=False, name=f"{name}_2_conv")(y)
-    y = keras.layers.ReLU(name=f"{name}_2_relu")(_norm(f"{name}_2_norm", synchronized)(y))
-    y = keras.layers.Conv2D(out_channels, 1, use_bias=False, name=f"{name}_3_conv")(y)
-    y = _norm(f"{name}_3_norm", synchronized)(y)
-    y = keras.layers.Add(name=f"{name}_add")([shortcut, y])
-    return keras.layers.ReLU(name=f"{name}_out")(y)
-
-
-def dilated_resnet(backbone="resnet50", output_stride=8, input_shape=(None, None, 3),
-                   synchronized_batch_norm=False, name=None):
-    """A ResNet v1.5 feature extractor whose last stages are dilated.
-
-    Stem 7×7/2 conv and 3×3/2 max-pool (stride 4), then stages res2–res5 of
-    bottleneck blocks. At output stride 16, res5 runs at stride 1 with
-    dilation 2; at 8, res4 and res5 run at stride 1 with dilations 2 and 4.
-    A dilated stage's first block keeps the previous dilation (torchvision's
-    ``replace_stride_with_dilation``).
-
-    Args:
-        backbone: ``"resnet50"``, ``"resnet101"`` or ``"resnet_tiny"``.
-        output_stride: 8 or 16.
-        input_shape: (H, W, 3); H and W may be None.
-        synchronized_batch_norm: all-reduce batch statistics across replicas.
-
-    Returns:
-        A functional ``keras.Model`` from images to res5 features
-        (H/os, W/os, 4 × last stage filters).
-
-    Reference:
-        He et al., "Deep Residual Learning", CVPR 2016; Chen et al.,
-        "Rethinking Atrous Convolution" (DeepLabV3), 2017.
-    """
-    check_choice("backbone", backbone, tuple(BACKBONES))
-    check_choice("output_stride", output_stride, OUTPUT_STRIDES)
-    filters, blocks, stem = BACKBONES[backbone]
-    inputs = keras.Input(input_shape, name="images")
-    x = keras.layers.Conv2D(stem, 7, strides=2, padding="same", use_bias=False,
-                            name="stem_conv")(inputs)
-    x = keras.layers.ReLU(name="stem_relu")(_norm("stem_norm", synchronized_batch_norm)(x))
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
-    stride, dilation = 4, 1
-    for stage, (stage_filters, count) in enumerate(zip(filters, blocks), start=2):
-        strides = 1 if stage == 2 else 2
-        previous = dilation
-        if strides == 2 and stride >= output_stride:
-            strides, dilation = 1, dilation * 2
-        stride *= strides
-        for block in range(count):
-            x = _bottleneck(x, stage_filters, strides if block == 0 else 1,
-                            previous if block == 0 else dilation, f"res{stage}_block{block}",
-                            synchronized_batch_norm)
-    return keras.Model(inputs, x, name=name or f"{backbone}_os{output_stride}")
-
-
 def _ham_head(features, context, context_kwargs, head_channels, synchronized):
     x = _conv_norm_relu(features, head_channels, 3, "head_squeeze", synchronized)
     # The "segmentation" recipe: HamNet's r = 64, K = 6, seeded (reproducible inference).
@@ -238,8 +133,15 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
               name=None):
     """A semantic segmenter: dilated ResNet → context head → per-pixel logits at input size.
 
+    The images, RGB in [-1, 1] (:mod:`segmentation.data`), are first mapped to
+    torchvision's ImageNet normalisation ((x + 1) / 2 minus the ImageNet mean,
+    over its std: the layer ``input_normalization``), the input that
+    :func:`kctx.models.dilated_resnet` and its torchvision weights expect; the
+    same whether the backbone starts from ImageNet weights or from scratch.
+
     Args:
-        backbone: a key of ``BACKBONES``.
+        backbone: a key of ``BACKBONES`` (``"resnet50"``, ``"resnet101"``,
+            ``"resnet_tiny"``).
         output_stride: 8 or 16.
         context: ``"aspp"`` (DeepLabV3 head) or any
             :func:`kctx.layers.context_block` name (``"ham_nmf"`` default,
@@ -253,8 +155,10 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
             (512 in the paper); the ASPP branches get half of it (DeepLabV3's 256).
         dropout_rate: before the classifier (0.1 in the paper).
         synchronized_batch_norm: all-reduce batch statistics across replicas.
-        backbone_weights: a ``.weights.h5`` file of the backbone (e.g.
-            ImageNet-pretrained), loaded into the ``backbone`` sub-model.
+        backbone_weights: weights of the ``backbone`` sub-model: a torchvision
+            ResNet-50 / -101 checkpoint (``.pth``, e.g. torchvision's ImageNet
+            ``resnet101-63fe2227.pth``; :func:`kctx.models.load_torchvision_weights`)
+            or a Keras ``.weights.h5`` of the backbone. None: random initialisation.
 
     Returns:
         A functional ``keras.Model`` mapping (B, H, W, 3) images to float32
@@ -264,15 +168,17 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR
         2021, Appendix E.3.
     """
+    check_choice("backbone", backbone, tuple(BACKBONES))
     check_context_block(context, also=HEADS)
     check_positive_int("num_classes", num_classes)
     check_positive_int("head_channels", head_channels)
-    features_model = dilated_resnet(backbone, output_stride, input_shape,
-                                    synchronized_batch_norm, name="backbone")
-    if backbone_weights:
-        features_model.load_weights(backbone_weights)
+    features_model = dilated_resnet(output_stride=output_stride, weights=backbone_weights or None,
+                                    input_shape=input_shape,
+                                    synchronized_batch_norm=synchronized_batch_norm,
+                                    name="backbone", **BACKBONES[backbone])
     inputs = keras.Input(input_shape, name="images")
-    features = features_model(inputs)
+    normalized = torchvision_normalization(IMAGE_RANGE, name="input_normalization")(inputs)
+    features = features_model(normalized)
     if context == "aspp":  # 256 branches for the paper's 512-wide Ham head: half its width
         x = _aspp_head(features, output_stride, synchronized_batch_norm, head_channels // 2)
     else:

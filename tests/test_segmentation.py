@@ -7,7 +7,8 @@ import pytest
 from kctx.layers import context_block_names
 from kctx.testing import mirrored_strategy
 from segmentation.data import DIGITS_SEG_CLASSES, IGNORE_LABEL, digits_seg
-from segmentation.models import ResizeToMatch, dilated_resnet, segmenter
+from kctx.models import dilated_resnet
+from segmentation.models import ResizeToMatch, segmenter
 
 
 def test_digits_seg_labels_match_the_pixels():
@@ -34,32 +35,14 @@ def test_digits_seg_labels_match_the_pixels():
         digits_seg("all")
 
 
-@pytest.mark.parametrize("output_stride,size", [(8, 8), (16, 4)])
-def test_output_stride_gives_the_feature_size(output_stride, size):
-    backbone = dilated_resnet("resnet_tiny", output_stride, (64, 64, 3))
-    assert backbone.output_shape == (None, size, size, 512)
-    resnet50 = dilated_resnet("resnet50", output_stride, (64, 64, 3))
-    assert resnet50.output_shape == (None, size, size, 2048)
-    # Each dilated stage's first block keeps the previous rate (torchvision's convention).
-    rates = {layer.name.split("_")[0]: layer.dilation_rate[0] for layer in resnet50.layers
-             if layer.name.endswith("_2_conv")}
-    assert rates == ({"res2": 1, "res3": 1, "res4": 2, "res5": 4} if output_stride == 8 else
-                     {"res2": 1, "res3": 1, "res4": 1, "res5": 2})
-    first = {name: resnet50.get_layer(f"{name}_block0_2_conv").dilation_rate[0]
-             for name in ("res4", "res5")}
-    assert first == ({"res4": 1, "res5": 2} if output_stride == 8 else {"res4": 1, "res5": 1})
-
-
-def test_resnet50_has_keras_hub_resnet50_parameters():
-    keras_hub = pytest.importorskip("keras_hub")
-    # keras-hub's ResNet-50 (v1.5 bottlenecks), built offline from its arguments.
-    reference = keras_hub.models.ResNetBackbone(
-        input_conv_filters=[64], input_conv_kernel_sizes=[7],
-        stackwise_num_filters=[64, 128, 256, 512], stackwise_num_blocks=[3, 4, 6, 3],
-        stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
-        image_shape=(None, None, 3))
-    ours = dilated_resnet("resnet50", 8)
-    assert ours.count_params() == reference.count_params()
+def test_backbones_are_kctx_dilated_resnets():
+    # The layout itself (and its equality with torchvision's) is tested in test_resnet.py.
+    model = segmenter("resnet_tiny", 8, "none", 3, input_shape=(64, 64, 3), head_channels=16)
+    backbone = model.get_layer("backbone")
+    assert backbone.output_shape == (None, 8, 8, 512)
+    assert backbone.count_params() == dilated_resnet(14, 8, width=16).count_params()
+    assert [layer.name for layer in model.layers[:3]] == ["images", "input_normalization",
+                                                          "backbone"]
 
 
 def test_resize_to_match_takes_the_reference_size_at_run_time():
@@ -252,12 +235,30 @@ def test_voc_palette_colours():
 
 
 def test_backbone_weights_are_loaded_from_a_file(tmp_path):
-    backbone = dilated_resnet("resnet_tiny", 16)
+    backbone = dilated_resnet(14, 16, width=16)
     path = tmp_path / "backbone.weights.h5"
     backbone.save_weights(path)
     model = segmenter("resnet_tiny", 16, "none", 3, head_channels=16, backbone_weights=path)
     for a, b in zip(backbone.weights, model.get_layer("backbone").weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_torchvision_backbone_weights_see_torchvision_normalised_images():
+    import pathlib
+
+    checkpoint = pathlib.Path(__file__).parent / "fixtures" / "resnet" / "resnet50_torchvision.pth"
+    model = segmenter("resnet50", 16, "none", 3, head_channels=16,
+                      backbone_weights=str(checkpoint))
+    reference = dilated_resnet(50, 16, weights=checkpoint)
+    for a, b in zip(reference.weights, model.get_layer("backbone").weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # The segmenter's [-1, 1] images reach the backbone as torchvision's ImageNet input.
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 21, 19, 3)).astype("float32")
+    normalized = ((images + 1) / 2 - np.array([0.485, 0.456, 0.406])) / np.array(
+        [0.229, 0.224, 0.225])
+    expected = reference.predict(normalized.astype("float32"), verbose=0)
+    got = model.get_layer("backbone")(model.get_layer("input_normalization")(images))
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
 @pytest.mark.parametrize("size,rate", [(8, 12), (8, 8), (8, 3), (5, 2)])

@@ -17,6 +17,7 @@ from kctx.layers.latent_gnn import LatentGNN2D
 from kctx.layers.non_local import NonLocal2D
 from kctx.layers.poly_nl import PolyNL
 from kctx.layers.psf_attention import PSFAttention
+from kctx.layers.resize import ResizeToMatch
 from kctx.layers.self_attention import SelfAttention2D
 from kctx.layers.sequence_embedding import PositionEmbedding, PrependToken
 
@@ -37,6 +38,7 @@ __all__ = [
     "PrependToken",
     "PolyNL",
     "RECIPES",
+    "ResizeToMatch",
     "SelfAttention2D",
     "check_context_block",
     "context_block",

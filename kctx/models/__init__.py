@@ -4,8 +4,16 @@ from kctx.models.insertion import (RESNET50_STAGE_POSITIONS, insert_context_bloc
                                    resnet50_positions)
 from kctx.models.kanet import (KANET_FAMILY, KANET_VARIANTS, kanet, kanet_family_model,
                                mobilenet_v2, mobilenet_v2_kao)
+from kctx.models.resnet import (IMAGENET_MEAN, IMAGENET_STD, RESNET_BLOCKS, PaddedMaxPooling2D,
+                                dilated_resnet, load_torchvision_weights,
+                                torchvision_normalization)
+from kctx.models.segnext import (MSCAN_VARIANTS, CheckpointMismatchError, load_segnext_weights,
+                                 mscan, segnext)
 from kctx.models.sequence import psf_sequence_model, transformer_sequence_model
 
-__all__ = ["KANET_FAMILY", "KANET_VARIANTS", "RESNET50_STAGE_POSITIONS", "insert_context_block",
-           "kanet", "kanet_family_model", "mobilenet_v2", "mobilenet_v2_kao",
-           "psf_sequence_model", "resnet50_positions", "transformer_sequence_model"]
+__all__ = ["CheckpointMismatchError", "IMAGENET_MEAN", "IMAGENET_STD", "KANET_FAMILY",
+           "KANET_VARIANTS", "MSCAN_VARIANTS", "load_segnext_weights", "mscan", "segnext",
+           "RESNET50_STAGE_POSITIONS", "RESNET_BLOCKS", "PaddedMaxPooling2D", "dilated_resnet",
+           "insert_context_block", "kanet", "kanet_family_model", "load_torchvision_weights",
+           "mobilenet_v2", "mobilenet_v2_kao", "psf_sequence_model", "resnet50_positions",
+           "torchvision_normalization", "transformer_sequence_model"]

@@ -27,6 +27,7 @@ from kctx.ops.matrix_decomposition import (
 )
 from kctx.ops.poly_nl import poly_nl, poly_nl_direct
 from kctx.ops.replicas import cross_replica_mean
+from kctx.ops.resize import resize_bilinear
 
 __all__ = [
     "KRONECKER_MODES",
@@ -52,5 +53,6 @@ __all__ = [
     "outer_sum",
     "poly_nl",
     "poly_nl_direct",
+    "resize_bilinear",
     "unfold",
 ]

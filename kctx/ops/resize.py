@@ -1,0 +1,37 @@
+"""Bilinear resizing of feature maps to a size known at run time."""
+
+import keras
+from keras import ops
+
+
+def resize_bilinear(x, size):
+    """Bilinearly resize (B, H, W, C) ``x`` to ``size`` = (H', W') without antialiasing.
+
+    Half-pixel centres: the same sampling as PyTorch's
+    ``F.interpolate(mode="bilinear", align_corners=False)`` (mmsegmentation's ``resize``)
+    and TensorFlow's ``tf.image.resize(method="bilinear")``.
+
+    ``size`` may hold tensors known only at run time (an input of unknown height and
+    width): ``keras.ops.image.resize`` checks ``size[0] <= 0`` in Python, which such a
+    size fails when traced without AutoGraph (``model.export``), so on TensorFlow the op
+    that Keras calls is called directly.
+
+    Args:
+        x: (B, H, W, C) float tensor, channels-last.
+        size: (H', W'), ints or scalar integer tensors.
+
+    Returns:
+        (B, H', W', C), the dtype of ``x``.
+
+    Example:
+
+    >>> tuple(resize_bilinear(keras.ops.ones((2, 3, 5, 4)), (12, 20)).shape)
+    (2, 12, 20, 4)
+    """
+    if keras.backend.backend() == "tensorflow" and not all(isinstance(s, int) for s in size):
+        import tensorflow as tf
+
+        resized = tf.image.resize(x, tf.stack([tf.cast(s, tf.int32) for s in size]),
+                                  method="bilinear")
+        return ops.cast(resized, x.dtype)
+    return ops.image.resize(x, tuple(size), interpolation="bilinear")
