@@ -209,6 +209,23 @@ def test_every_workflow_model_exports_and_runs_in_every_runtime(model_name, form
     _exported_matches(model, inputs, format, tmp_path, batches=batches)
 
 
+@pytest.mark.parametrize("format", FORMATS)
+def test_segnext_t_exports_and_runs_in_every_runtime(format, tmp_path):
+    """SegNeXt-T with (random) official-format weights, RGB 0–255 at any size: the
+    padding to multiples of 32, the NMF with K = 7 and the crop run in every runtime.
+    Seven NMF steps amplify float32 rounding: the runtimes agree with Keras to 1e-5 of
+    the logits' scale."""
+    from kctx.models import segnext
+
+    model = segnext("t", weights=os.path.join(os.path.dirname(__file__), "fixtures",
+                                              "segnext", "mscan_t_mmseg.pth"))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (1, 70, 90, 3)).astype("float32")
+    scale = float(np.abs(model.predict(x, verbose=0)).max())
+    _exported_matches(model, x, format, tmp_path, atol=1e-5 * scale,
+                      batches=[rng.uniform(0, 255, (2, 64, 64, 3)).astype("float32")])
+
+
 def test_gan_upsampling_is_keras_nearest_upsampling():
     from gan.layers import UpSampling2D
 

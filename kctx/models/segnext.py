@@ -1,0 +1,722 @@
+"""SegNeXt (Guo et al., NeurIPS 2022): the MSCAN backbone and the LightHamHead.
+
+:func:`mscan` builds the Multi-Scale Convolutional Attention Network, a backbone that
+returns its pyramid of four stages; :func:`segnext` puts the LightHamHead on stages
+2–4 — the official Hamburger (:class:`kctx.layers.Hamburger` configured as
+:data:`kctx.layers.OFFICIAL_VARIANTS` ``["light"]``) between two 1×1 conv-GN-ReLU — and
+gives a model from RGB images (0–255) to logits at the input resolution, with the
+official pipeline's ImageNet normalisation and whole-image inference inside.
+
+Both follow mmsegmentation 1.2.2 (``mmseg/models/backbones/mscan.py``,
+``decode_heads/ham_head.py``, the ``segnext_mscan-{t,s,b,l}`` ADE20K configs) and the
+original repository (Visual-Attention-Network/SegNeXt) layer for layer; the Keras
+layers carry the official module paths as names (``block1.0.attn.proj_1``,
+``decode_head.hamburger``), so :func:`load_segnext_weights` maps a checkpoint onto them
+one to one. ``tools/segnext_fixtures.py`` runs the official code to write the fixtures
+the tests compare against.
+"""
+
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
+from kctx.layers.resize import ResizeToMatch
+from kctx.models.resnet import torchvision_normalization
+from kctx.ops.gelu import gelu
+from kctx.ops.resize import resize_bilinear
+from kctx.validation import check_choice, check_positive_int
+
+# The official configs (mmseg configs/segnext, the original repo's local_configs).
+MSCAN_VARIANTS = {
+    "t": dict(embed_dims=(32, 64, 160, 256), depths=(3, 3, 5, 2), mlp_ratios=(8, 8, 4, 4),
+              drop_path_rate=0.1),
+    "s": dict(embed_dims=(64, 128, 320, 512), depths=(2, 2, 4, 2), mlp_ratios=(8, 8, 4, 4),
+              drop_path_rate=0.1),
+    "b": dict(embed_dims=(64, 128, 320, 512), depths=(3, 3, 12, 3), mlp_ratios=(8, 8, 4, 4),
+              drop_path_rate=0.1),
+    "l": dict(embed_dims=(64, 128, 320, 512), depths=(3, 5, 27, 3), mlp_ratios=(8, 8, 4, 4),
+              drop_path_rate=0.3),
+}
+# LightHamHead width per variant (channels = ham_channels). r = 16 in every mmseg config;
+# the original repository's B and L configs set no MD_R and run its default r = 64.
+HEAD_CHANNELS = {"t": 256, "s": 256, "b": 512, "l": 1024}
+RANK = 16
+ORIGINAL_RANK = {"t": 16, "s": 16, "b": 64, "l": 64}
+# The official data preprocessor (RGB order) normalises 0–255 values with the ImageNet
+# mean 123.675 / 116.28 / 103.53 and std 58.395 / 57.12 / 57.375 (torchvision's on [0, 1]:
+# kctx.models.resnet.torchvision_normalization) and pads to a multiple of 32 at test time
+# (mmseg's SegDataPreProcessor).
+SIZE_DIVISOR = 32
+# MSCA: a 5×5 depthwise conv, then branches of 1×k and k×1 depthwise strip convs.
+ATTENTION_KERNEL = 5
+STRIP_KERNELS = (7, 11, 21)
+NORM_EPSILON = 1e-5  # PyTorch's BatchNorm / GroupNorm / LayerNorm default
+NORM_MOMENTUM = 0.9  # PyTorch's momentum 0.1
+LAYER_SCALE_INIT = 1e-2
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class LayerScale(keras.layers.Layer):
+    """y = γ ⊙ x with a learnable per-channel γ (Touvron et al., CaiT, 2021, Eq. 4).
+
+    MSCAN scales each block's attention and MLP branches this way, γ initialised to
+    1e-2, before the residual sum.
+
+    Args:
+        init_value: the initial value of every γ_c.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: (..., C).
+
+    Example:
+
+    >>> LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3)))[0, 0, 0]
+    <tf.Tensor: shape=(3,), dtype=float32, numpy=array([0.5, 0.5, 0.5], dtype=float32)>
+
+    Reference:
+        Touvron et al., "Going deeper with Image Transformers", ICCV 2021.
+    """
+
+    def __init__(self, init_value=LAYER_SCALE_INIT, **kwargs):
+        super().__init__(**kwargs)
+        self.init_value = float(init_value)
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(input_shape[-1],),
+                                     initializer=keras.initializers.Constant(self.init_value))
+
+    def call(self, inputs):
+        return inputs * ops.cast(self.scale, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "init_value": self.init_value}
+
+
+def _padded(size, divisor):
+    return (size + divisor - 1) // divisor * divisor
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class PadToMultiple(keras.layers.Layer):
+    """Zero-pad (B, H, W, C) at the bottom and right to multiples of ``size_divisor``.
+
+    The official test pipeline pads the normalised image this way before the network
+    (mmseg's ``SegDataPreProcessor`` with ``test_cfg=dict(size_divisor=32)``), so that
+    every stride-2 stage halves an even size.
+
+    Args:
+        size_divisor: the multiple (1: no padding).
+
+    Call arguments:
+        inputs: (B, H, W, C); H and W may be unknown until run time.
+
+    Example:
+
+    >>> tuple(PadToMultiple(32)(keras.ops.ones((1, 70, 90, 3))).shape)
+    (1, 96, 96, 3)
+    """
+
+    def __init__(self, size_divisor=SIZE_DIVISOR, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("size_divisor", size_divisor)
+        self.size_divisor = size_divisor
+
+    def call(self, inputs):
+        if self.size_divisor == 1:
+            return inputs
+        shape = ops.shape(inputs)
+        height, width = shape[1], shape[2]
+        padded_height = _padded(height, self.size_divisor)
+        padded_width = _padded(width, self.size_divisor)
+        pads = [[0, 0], [0, padded_height - height], [0, padded_width - width], [0, 0]]
+        # Paddings known only at run time lose the static channels in a TensorFlow graph
+        # (LiteRT then cannot convert the next conv): reshape them back in.
+        return ops.reshape(ops.pad(inputs, pads),
+                           (-1, padded_height, padded_width, inputs.shape[-1]))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        pad = (lambda s: None if s is None else _padded(s, self.size_divisor))
+        return (batch, pad(height), pad(width), channels)
+
+    def get_config(self):
+        return {**super().get_config(), "size_divisor": self.size_divisor}
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class UpsampleLogits(keras.layers.Layer):
+    """Resize logits bilinearly to the padded input size, then crop the padding.
+
+    The official whole-image inference (mmseg ``EncoderDecoder.predict``): the head's
+    logits (at 1/8 of the padded input) are resized to the padded size
+    (``align_corners=False``) and the padding is cut off, so the output has the
+    input's height and width.
+
+    Args:
+        size_divisor: the padding multiple of :class:`PadToMultiple` (1: none).
+        **kwargs: base layer arguments (``dtype="float32"`` keeps logits in float32
+            under mixed precision).
+
+    Call arguments:
+        inputs: ``[logits (B, h, w, K), images (B, H, W, C)]``.
+
+    Example:
+
+    >>> logits, images = keras.ops.ones((1, 12, 12, 5)), keras.ops.ones((1, 70, 90, 3))
+    >>> tuple(UpsampleLogits(32)([logits, images]).shape)
+    (1, 70, 90, 5)
+    """
+
+    def __init__(self, size_divisor=SIZE_DIVISOR, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("size_divisor", size_divisor)
+        self.size_divisor = size_divisor
+
+    def call(self, inputs):
+        logits, images = inputs
+        shape = ops.shape(images)
+        height, width = shape[1], shape[2]
+        size = (_padded(height, self.size_divisor), _padded(width, self.size_divisor))
+        logits = resize_bilinear(ops.cast(logits, self.compute_dtype), size)
+        if self.size_divisor == 1:
+            return logits
+        return logits[:, :height, :width, :]
+
+    def compute_output_shape(self, input_shapes):
+        logits, images = input_shapes
+        return (logits[0], images[1], images[2], logits[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "size_divisor": self.size_divisor}
+
+
+def _padded_conv(x, filters, kernel_size, strides, name):
+    """A conv with PyTorch's symmetric zero padding k // 2 (TensorFlow's "same" pads a
+    stride-2 conv of an even size at the bottom / right only)."""
+    x = keras.layers.ZeroPadding2D(kernel_size // 2, name=f"{name}.pad")(x)
+    return keras.layers.Conv2D(filters, kernel_size, strides=strides, name=name)(x)
+
+
+def _batch_norm(name, synchronized):
+    return keras.layers.BatchNormalization(momentum=NORM_MOMENTUM, epsilon=NORM_EPSILON,
+                                           synchronized=synchronized, name=name)
+
+
+def _gelu(name):
+    return keras.layers.Activation(gelu, name=name)
+
+
+def _depthwise(x, kernel_size, name):
+    return keras.layers.DepthwiseConv2D(kernel_size, padding="same", name=name)(x)
+
+
+def _msca(x, name):
+    """Multi-scale convolutional attention (Fig. 2 (b), Eq. 1–2):
+    Att = Conv1×1(Σ_{i=0..3} Scale_i(DW-Conv(F))), Out = Att ⊗ F, where Scale_0 is the
+    identity and Scale_1..3 are 1×k then k×1 depthwise strip convs, k = 7, 11, 21."""
+    attention = _depthwise(x, ATTENTION_KERNEL, f"{name}.conv0")
+    branches = [attention]
+    for index, size in enumerate(STRIP_KERNELS):
+        branch = _depthwise(attention, (1, size), f"{name}.conv{index}_1")
+        branches.append(_depthwise(branch, (size, 1), f"{name}.conv{index}_2"))
+    attention = keras.layers.Add(name=f"{name}.sum")(branches)
+    attention = keras.layers.Conv2D(x.shape[-1], 1, name=f"{name}.conv3")(attention)
+    return keras.layers.Multiply(name=f"{name}.gate")([attention, x])
+
+
+def _branch(x, residual, scale_name, drop_path, name):
+    x = LayerScale(name=scale_name)(x)
+    if drop_path > 0:  # stochastic depth: whole samples dropped, the rest scaled by 1/(1-p)
+        x = keras.layers.Dropout(drop_path, noise_shape=(None, 1, 1, 1),
+                                 name=f"{name}.drop_path")(x)
+    return keras.layers.Add(name=f"{name}.add")([residual, x])
+
+
+def _mscan_block(x, mlp_ratio, drop_rate, drop_path, name, synchronized):
+    """x + γ₁·SpatialAttention(BN(x)), then x + γ₂·MLP(BN(x)) (MSCAN, Fig. 2 (a))."""
+    channels = x.shape[-1]
+    h = _batch_norm(f"{name}.norm1", synchronized)(x)
+    a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_1")(h)
+    a = _gelu(f"{name}.attn.activation")(a)
+    a = _msca(a, f"{name}.attn.spatial_gating_unit")
+    a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_2")(a)
+    a = keras.layers.Add(name=f"{name}.attn.shortcut")([a, h])  # its own input: BN(x)
+    x = _branch(a, x, f"{name}.layer_scale_1", drop_path, f"{name}.attn")
+    h = _batch_norm(f"{name}.norm2", synchronized)(x)
+    hidden = int(channels * mlp_ratio)
+    m = keras.layers.Conv2D(hidden, 1, name=f"{name}.mlp.fc1")(h)
+    m = _depthwise(m, 3, f"{name}.mlp.dwconv")
+    m = _gelu(f"{name}.mlp.act")(m)
+    if drop_rate > 0:
+        m = keras.layers.Dropout(drop_rate, name=f"{name}.mlp.drop1")(m)
+    m = keras.layers.Conv2D(channels, 1, name=f"{name}.mlp.fc2")(m)
+    if drop_rate > 0:
+        m = keras.layers.Dropout(drop_rate, name=f"{name}.mlp.drop2")(m)
+    return _branch(m, x, f"{name}.layer_scale_2", drop_path, f"{name}.mlp")
+
+
+def _variant_settings(variant, **overrides):
+    if variant is None:
+        settings = {}
+    else:
+        check_choice("variant", variant, tuple(MSCAN_VARIANTS))
+        settings = dict(MSCAN_VARIANTS[variant])
+    settings.update({key: value for key, value in overrides.items() if value is not None})
+    missing = [key for key in ("embed_dims", "depths", "mlp_ratios") if key not in settings]
+    if missing:
+        raise ValueError(f"`variant=None` needs {', '.join(missing)}. Received: "
+                         f"variant=None, {', '.join(f'{k}={v!r}' for k, v in overrides.items())}")
+    embed_dims, depths, mlp_ratios = (tuple(settings[k]) for k in
+                                      ("embed_dims", "depths", "mlp_ratios"))
+    if not len(embed_dims) == len(depths) == len(mlp_ratios) == 4:
+        raise ValueError("`embed_dims`, `depths` and `mlp_ratios` must each have 4 entries "
+                         f"(one per stage). Received: embed_dims={embed_dims}, "
+                         f"depths={depths}, mlp_ratios={mlp_ratios}")
+    for name, values in (("embed_dims", embed_dims), ("depths", depths)):
+        for value in values:
+            check_positive_int(name, value)
+    settings.update(embed_dims=embed_dims, depths=depths, mlp_ratios=mlp_ratios)
+    settings.setdefault("drop_path_rate", 0.0)
+    return settings
+
+
+def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=None,
+          depths=None, mlp_ratios=None, drop_rate=0.0, drop_path_rate=None,
+          synchronized_batch_norm=False, name=None):
+    """The MSCAN backbone of SegNeXt: a pyramid of four stages at strides 4, 8, 16, 32.
+
+    A stem of two 3×3/2 conv-BN (GELU between) to stride 4, then at each stage an
+    overlapping 3×3/2 patch embedding (conv-BN; the stem at stage 1) and MSCAN blocks:
+    x + γ₁·SpatialAttention(BN(x)) with the multi-scale convolutional attention
+    (a 5×5 depthwise conv and 1×7/7×1, 1×11/11×1, 1×21/21×1 depthwise strip convs,
+    summed, a 1×1 conv and a gate, Eq. 1–2), then x + γ₂·MLP(BN(x)) (1×1 conv, 3×3
+    depthwise conv, GELU, 1×1 conv), γ = LayerScale (1e-2), stochastic depth rising
+    linearly to ``drop_path_rate``; each stage ends with LayerNorm. BatchNorm and
+    LayerNorm use ε = 1e-5 and GELU its exact (erf) form, as the official PyTorch code.
+
+    Args:
+        variant: ``"t"``, ``"s"``, ``"b"``, ``"l"`` (:data:`MSCAN_VARIANTS`: Tab. 1 of
+            the paper), or ``None`` with ``embed_dims``, ``depths`` and ``mlp_ratios``.
+        weights: ``None`` (random initialisation), an MSCAN ImageNet checkpoint
+            (``.pth``: the mmseg ``mscan_{t,s,b,l}_20230227`` files or the original
+            repository's, read without PyTorch by :func:`kctx.checkpoints.read_torch`;
+            their ImageNet classifier ``head.*`` is skipped), a SegNeXt checkpoint (its
+            backbone), or a Keras ``.weights.h5``. See :func:`load_segnext_weights`.
+        input_shape: (H, W, 3) of the ImageNet-normalised input; H and W may be None.
+        embed_dims, depths, mlp_ratios: per stage; override the variant's.
+        drop_rate: dropout in the MLPs (0 in every official config).
+        drop_path_rate: the last block's stochastic depth (the variant's by default).
+        synchronized_batch_norm: all-reduce batch statistics across replicas (SyncBN).
+        name: the model's name (default ``"mscan_<variant>"``).
+
+    Returns:
+        A functional ``keras.Model`` from (B, H, W, 3) to the list of the four stages'
+        features, (B, ⌈H/4⌉, ⌈W/4⌉, C₁) ... (B, ⌈H/32⌉, ⌈W/32⌉, C₄).
+
+    Example:
+
+    >>> backbone = mscan("t")
+    >>> [tuple(f.shape) for f in backbone(keras.ops.zeros((1, 64, 64, 3)))]
+    [(1, 16, 16, 32), (1, 8, 8, 64), (1, 4, 4, 160), (1, 2, 2, 256)]
+
+    Reference:
+        Guo, Lu, Hou, Liu, Cheng, Hu. "SegNeXt: Rethinking Convolutional Attention
+        Design for Semantic Segmentation", NeurIPS 2022 — Sec. 3.1, Fig. 2, Tab. 1.
+    """
+    settings = _variant_settings(variant, embed_dims=embed_dims, depths=depths,
+                                 mlp_ratios=mlp_ratios, drop_path_rate=drop_path_rate)
+    embed_dims, depths, mlp_ratios = (settings[k] for k in ("embed_dims", "depths",
+                                                            "mlp_ratios"))
+    rates = np.linspace(0.0, settings["drop_path_rate"], sum(depths)).tolist()
+    inputs = keras.Input(input_shape, name="images")
+    x = _padded_conv(inputs, embed_dims[0] // 2, 3, 2, "patch_embed1.proj.0")
+    x = _batch_norm("patch_embed1.proj.1", synchronized_batch_norm)(x)
+    x = _gelu("patch_embed1.proj.2")(x)
+    x = _padded_conv(x, embed_dims[0], 3, 2, "patch_embed1.proj.3")
+    x = _batch_norm("patch_embed1.proj.4", synchronized_batch_norm)(x)
+    stages, block = [], 0
+    for stage, (channels, depth, mlp_ratio) in enumerate(zip(embed_dims, depths, mlp_ratios),
+                                                         start=1):
+        if stage > 1:
+            x = _padded_conv(x, channels, 3, 2, f"patch_embed{stage}.proj")
+            x = _batch_norm(f"patch_embed{stage}.norm", synchronized_batch_norm)(x)
+        for index in range(depth):
+            x = _mscan_block(x, mlp_ratio, drop_rate, rates[block], f"block{stage}.{index}",
+                             synchronized_batch_norm)
+            block += 1
+        x = keras.layers.LayerNormalization(epsilon=NORM_EPSILON, name=f"norm{stage}")(x)
+        stages.append(x)
+    model = keras.Model(inputs, stages, name=name or f"mscan_{variant or 'custom'}")
+    if weights is not None:
+        load_segnext_weights(model, weights)
+    return model
+
+
+def _conv_gn_relu(x, filters, name, groups):
+    x = keras.layers.Conv2D(filters, 1, use_bias=False, name=f"{name}.conv")(x)
+    x = keras.layers.GroupNormalization(groups, epsilon=NORM_EPSILON, name=f"{name}.gn")(x)
+    return keras.layers.ReLU(name=f"{name}.activate")(x)
+
+
+def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=RANK,
+                   dropout_rate=0.1, norm_groups=32, ham_options=None):
+    """SegNeXt's LightHamHead on the backbone's stages 2–4 (mmseg ``LightHamHead``).
+
+    Stages 3 and 4 are resized bilinearly to stage 2's size and concatenated with it;
+    a 1×1 conv-GN-ReLU squeezes them to ``ham_channels``; the Hamburger as the
+    official head runs it (1×1 lower bread + ReLU, NMF with K = 6 in training and 7 at
+    evaluation, r = ``rank``, back-propagation through all steps, the absolute 1e-6
+    guard, 1×1 upper bread + GN, ReLU(Z + ·): ``OFFICIAL_VARIANTS["light"]``); a 1×1
+    conv-GN-ReLU aligns to ``channels``; channel dropout (``Dropout2d``); a 1×1
+    classifier.
+
+    Args:
+        features: the backbone's stages [1, 2, 3, 4] (symbolic tensors).
+        num_classes: logits per pixel.
+        channels: width of the align conv and the classifier's input.
+        ham_channels: d, width of the squeeze conv and the Hamburger.
+        rank: r of the NMF.
+        dropout_rate: of the channel dropout before the classifier.
+        norm_groups: groups of every GroupNorm (32).
+        ham_options: other :class:`kctx.layers.Hamburger` arguments (override the
+            official ones; the dictionary is seeded, ``seed=0``, for reproducible
+            inference).
+
+    Returns:
+        (B, H/8, W/8, num_classes) logits at stage 2's resolution.
+    """
+    levels = features[1:]
+    reference = levels[0]
+    resized = [reference] + [ResizeToMatch(name=f"decode_head.resize{i}")([level, reference])
+                             for i, level in enumerate(levels[1:], start=3)]
+    x = keras.layers.Concatenate(name="decode_head.concat")(resized)
+    x = _conv_gn_relu(x, ham_channels, "decode_head.squeeze", norm_groups)
+    options = dict(OFFICIAL_VARIANTS["light"], rank=rank, norm_groups=norm_groups, seed=0)
+    options.update(ham_options or {})
+    x = Hamburger(**options, name="decode_head.hamburger")(x)
+    x = _conv_gn_relu(x, channels, "decode_head.align", norm_groups)
+    x = keras.layers.SpatialDropout2D(dropout_rate, name="decode_head.dropout")(x)
+    return keras.layers.Conv2D(num_classes, 1, name="decode_head.conv_seg")(x)
+
+
+def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None, 3),
+            channels=None, ham_channels=None, rank=None, dropout_rate=0.1,
+            size_divisor=SIZE_DIVISOR, value_range=(0.0, 255.0), backbone_options=None,
+            ham_options=None, synchronized_batch_norm=False, name=None):
+    """SegNeXt: MSCAN + LightHamHead, from RGB images (0–255) to logits at their size.
+
+    The model holds the official inference pipeline: ImageNet normalisation (mean
+    123.675 / 116.28 / 103.53, std 58.395 / 57.12 / 57.375 on RGB 0–255), zero padding of the
+    normalised image to multiples of ``size_divisor`` (32), the network, and the
+    logits resized bilinearly to the padded size with the padding cut off — mmseg's
+    whole-image inference (``test_cfg=dict(mode='whole')``). At any H and W.
+
+    Args:
+        variant: ``"t"``, ``"s"``, ``"b"`` or ``"l"`` (4.3 / 13.9 / 27.6 / 48.9 M
+            parameters with 150 classes), or ``None`` with ``backbone_options``
+            (``embed_dims``, ``depths``, ``mlp_ratios``), ``channels`` and
+            ``ham_channels``.
+        num_classes: 150 for ADE20K, 19 for Cityscapes.
+        weights: ``None``, a checkpoint or a ``.weights.h5`` (see
+            :func:`load_segnext_weights`): an mmseg SegNeXt checkpoint (ADE20K,
+            Cityscapes), the original repository's layout (``.mlp.dwconv.dwconv.*``),
+            an MSCAN ImageNet checkpoint (the backbone only; the head keeps its
+            initialisation). PyTorch is not needed and nothing pickled is executed.
+        input_shape: (H, W, 3); H and W may be None.
+        channels, ham_channels: the head's widths (the variant's by default:
+            :data:`HEAD_CHANNELS`).
+        rank: r of the NMF; default 16 (mmseg's configs), or 64 when ``weights`` is
+            an original-repository checkpoint of variant B or L (its configs' r).
+        dropout_rate: the head's channel dropout.
+        size_divisor: padding multiple of whole-image inference (1: none).
+        value_range: (low, high) of the input images: (0, 255) as the official
+            pipeline; (-1, 1) for kctx's segmentation datasets.
+        backbone_options: other :func:`mscan` arguments (``drop_path_rate``, ...).
+        ham_options: other :class:`kctx.layers.Hamburger` arguments.
+        synchronized_batch_norm: SyncBN in the backbone.
+        name: the model's name (default ``"segnext_<variant>"``).
+
+    Returns:
+        A functional ``keras.Model``: (B, H, W, 3) RGB 0–255 → float32 logits
+        (B, H, W, num_classes); its ``backbone`` layer is the :func:`mscan` model.
+
+    Example:
+
+    >>> model = segnext("t", num_classes=19)
+    >>> tuple(model(keras.ops.zeros((1, 70, 90, 3))).shape)
+    (1, 70, 90, 19)
+
+    Reference:
+        Guo et al., "SegNeXt: Rethinking Convolutional Attention Design for Semantic
+        Segmentation", NeurIPS 2022 — Sec. 3.2 (decoder), Tab. 1; Geng et al., "Is
+        Attention Better Than Matrix Decomposition?", ICLR 2021 (the Hamburger).
+    """
+    check_positive_int("num_classes", num_classes)
+    if variant is None and (channels is None or ham_channels is None):
+        raise ValueError("`variant=None` needs `channels` and `ham_channels`. Received: "
+                         f"channels={channels!r}, ham_channels={ham_channels!r}")
+    if variant is not None:
+        check_choice("variant", variant, tuple(MSCAN_VARIANTS))
+    channels = channels or HEAD_CHANNELS[variant]
+    ham_channels = ham_channels or HEAD_CHANNELS[variant]
+    if weights is not None and not _is_keras_weights(weights):
+        weights = _read_state(weights)  # once: the layout may choose r
+    if rank is None:
+        rank = RANK
+        if variant is not None and isinstance(weights, dict) and \
+                checkpoint_layout(weights) == "original":
+            rank = ORIGINAL_RANK[variant]
+    backbone = mscan(variant, input_shape=input_shape, name="backbone",
+                     synchronized_batch_norm=synchronized_batch_norm,
+                     **(backbone_options or {}))
+    inputs = keras.Input(input_shape, name="images")
+    x = torchvision_normalization(value_range, name="normalize")(inputs)
+    x = PadToMultiple(size_divisor, name="pad")(x)
+    features = backbone(x)
+    logits = light_ham_head(features, num_classes, channels, ham_channels, rank, dropout_rate,
+                            ham_options=ham_options)
+    logits = UpsampleLogits(size_divisor, name="upsample", dtype="float32")([logits, inputs])
+    model = keras.Model(inputs, logits, name=name or f"segnext_{variant or 'custom'}")
+    if weights is not None:
+        load_segnext_weights(model, weights)
+    return model
+
+
+# ---------------------------------------------------------------------------
+# Official checkpoints.
+# ---------------------------------------------------------------------------
+
+# The original repository wraps the MLP's depthwise conv in a module (DWConv); mmseg 1.x
+# (PR #2653) does not. The only key difference between the two layouts.
+_ORIGINAL_DWCONV, _MMSEG_DWCONV = ".mlp.dwconv.dwconv.", ".mlp.dwconv."
+# Buffers a Keras model has no counterpart for, and an ImageNet checkpoint's classifier.
+_SKIPPED_SUFFIXES = (".num_batches_tracked",)
+_IMAGENET_CLASSIFIER = ("head.weight", "head.bias")
+_NORMS = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
+          "running_var": "moving_variance"}
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model: tensors left unused, Keras weights left
+    unfilled, or shapes that differ (the message lists their names)."""
+
+
+def _read_state(weights):
+    from kctx.checkpoints import torch_state_dict
+
+    if isinstance(weights, dict):
+        return weights
+    return torch_state_dict(weights)
+
+
+def checkpoint_layout(state):
+    """``"original"`` for the SegNeXt repository's key layout (``.mlp.dwconv.dwconv.``),
+    ``"mmseg"`` otherwise."""
+    return "original" if any(_ORIGINAL_DWCONV in key for key in state) else "mmseg"
+
+
+def _weight_targets(model):
+    """{official key (no ``backbone.`` prefix for backbone layers): (variable, transform)}
+    for every weight of a :func:`segnext` or :func:`mscan` model."""
+    targets = {}
+
+    def add(key, variable, transform=None):
+        targets[key] = (variable, transform)
+
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        name = layer.name
+        if isinstance(layer, keras.Model):
+            continue
+        if isinstance(layer, Hamburger):
+            add(f"{name}.ham_in.conv.weight", layer.lower_bread_kernel, _conv1x1_matrix)
+            add(f"{name}.ham_in.conv.bias", layer.lower_bread_bias)
+            add(f"{name}.ham_out.conv.weight", layer.upper_bread_kernel, _conv1x1_matrix)
+            add(f"{name}.ham_out.gn.weight", layer.norm.gamma)
+            add(f"{name}.ham_out.gn.bias", layer.norm.beta)
+        elif isinstance(layer, keras.layers.DepthwiseConv2D):
+            add(f"{name}.weight", layer.kernel, _depthwise_kernel)
+            add(f"{name}.bias", layer.bias)
+        elif isinstance(layer, keras.layers.Conv2D):
+            add(f"{name}.weight", layer.kernel, _conv_kernel)
+            if layer.use_bias:
+                add(f"{name}.bias", layer.bias)
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            for torch_name, keras_name in _NORMS.items():
+                add(f"{name}.{torch_name}", getattr(layer, keras_name))
+        elif isinstance(layer, (keras.layers.GroupNormalization,
+                                keras.layers.LayerNormalization)):
+            add(f"{name}.weight", layer.gamma)
+            add(f"{name}.bias", layer.beta)
+        elif isinstance(layer, LayerScale):
+            add(name, layer.scale)
+        elif layer.weights:
+            raise ValueError(f"Layer {name!r} ({type(layer).__name__}) has weights that no "
+                             "official checkpoint key maps to.")
+    return targets
+
+
+def _conv_kernel(weight):
+    return np.transpose(weight, (2, 3, 1, 0))  # OIHW → HWIO
+
+
+def _depthwise_kernel(weight):
+    return np.transpose(weight, (2, 3, 0, 1))  # (C, 1, kh, kw) → (kh, kw, C, 1)
+
+
+def _conv1x1_matrix(weight):
+    return np.transpose(weight[:, :, 0, 0])  # (out, in, 1, 1) → (in, out)
+
+
+def _limited(names, limit=12):
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _infer_variant(state):
+    """The official variant whose shapes the backbone of ``state`` has, or None."""
+    dims = []
+    for stage in range(1, 5):
+        key = f"norm{stage}.weight"
+        if key not in state:
+            return None
+        dims.append(int(np.shape(state[key])[0]))
+    depths = tuple(len({key.split(".")[1] for key in state if key.startswith(f"block{stage}.")})
+                   for stage in range(1, 5))
+    for name, settings in MSCAN_VARIANTS.items():
+        if tuple(settings["embed_dims"]) == tuple(dims) and tuple(settings["depths"]) == depths:
+            return name
+    return None
+
+
+def load_segnext_weights(model, weights, assign=True):
+    """Fill a :func:`segnext` or :func:`mscan` model from a checkpoint.
+
+    ``weights`` is a Keras ``.weights.h5`` file, a PyTorch ``.pth`` file or an already
+    read state dict ({name: array}). ``.pth`` files are read by
+    :func:`kctx.checkpoints.torch_state_dict` (no PyTorch, no pickled code executed)
+    and may be:
+
+    * an mmsegmentation SegNeXt checkpoint (``backbone.*`` and ``decode_head.*``; ADE20K,
+      Cityscapes or any number of classes matching the model's);
+    * the original SegNeXt repository's (same, with ``.mlp.dwconv.dwconv.*``);
+    * an MSCAN ImageNet checkpoint, or any checkpoint of the backbone alone, with or
+      without the ``backbone.`` prefix: only the backbone is filled, the head keeps its
+      initialisation; an ImageNet classifier (``head.weight``, ``head.bias``) is skipped.
+
+    Every tensor must find its Keras weight and every Keras weight of the part loaded
+    its tensor, with the same shape (BatchNorm's ``num_batches_tracked`` has no Keras
+    counterpart and is skipped); otherwise :class:`CheckpointMismatchError` lists the
+    names and nothing is assigned.
+
+    Args:
+        model: a model built by :func:`segnext` or :func:`mscan`.
+        weights: the file or state dict.
+        assign: ``False`` checks that the checkpoint fits without assigning anything.
+
+    Returns:
+        A dict: ``layout`` (``"mmseg"`` / ``"original"`` / ``"keras"``), ``part``
+        (``"segmentor"`` / ``"backbone"`` / ``"keras"``), ``loaded`` (the number of
+        tensors) and ``skipped`` (the checkpoint keys deliberately left unused).
+
+    Raises:
+        CheckpointMismatchError: the checkpoint does not fit the model.
+        kctx.checkpoints.UnsafeCheckpointError: the file's pickle names a global
+            outside the allow-list (e.g. one that would run code).
+    """
+    if _is_keras_weights(weights):
+        model.load_weights(weights)
+        return {"layout": "keras", "part": "keras", "loaded": len(model.weights),
+                "skipped": []}
+    state = _read_state(weights)
+    layout = checkpoint_layout(state)
+    if layout == "original" and any(_MMSEG_DWCONV + "weight" in key for key in state):
+        raise CheckpointMismatchError("The checkpoint mixes the original (.mlp.dwconv.dwconv.) "
+                                      "and the mmseg (.mlp.dwconv.) key layouts.")
+    state = {key.replace(_ORIGINAL_DWCONV, _MMSEG_DWCONV): value
+             for key, value in state.items()}
+    backbone = _backbone_of(model)
+    # Keys as the official checkpoints of what ``model`` is name them: "backbone.*" for
+    # the backbone in segnext(), no prefix in mscan(). A checkpoint of the backbone alone
+    # may come with or without the prefix.
+    prefix = "" if backbone is model else "backbone."
+    prefixed = any(key.startswith("backbone.") for key in state)
+
+    def official(key):
+        if key.startswith("decode_head."):
+            return key
+        if prefixed:
+            return prefix + key[len("backbone."):] if key.startswith("backbone.") else key
+        return prefix + key
+
+    wanted = {official(key): value for key, value in state.items()}
+    in_file = {official(key): key for key in state}  # for messages: the file's own names
+    skipped = [key for key in wanted if key.endswith(_SKIPPED_SUFFIXES)]
+    if not prefixed:  # an ImageNet checkpoint's classifier
+        skipped += [prefix + key for key in _IMAGENET_CLASSIFIER if prefix + key in wanted]
+    targets = {prefix + key: value for key, value in _weight_targets(backbone).items()}
+    head = any(key.startswith("decode_head.") for key in wanted)
+    part = "segmentor" if head else "backbone"
+    if backbone is model:  # mscan(): a segmentor's head is not part of it
+        skipped += sorted(key for key in wanted if key.startswith("decode_head."))
+    elif head:
+        targets.update({key: value for key, value in _weight_targets(model).items()
+                        if key.startswith("decode_head.")})
+    skipped_set = set(skipped)
+    backbone_state = {key[len(prefix):]: value for key, value in wanted.items()
+                      if key.startswith(prefix) and not key.startswith("decode_head.")}
+    wanted = {key: value for key, value in wanted.items() if key not in skipped_set}
+    unused = sorted(set(wanted) - set(targets))
+    unfilled = sorted(set(targets) - set(wanted))
+    mismatched, values = [], {}
+    for key in sorted(set(wanted) & set(targets)):
+        variable, transform = targets[key]
+        value = np.asarray(wanted[key])
+        value = transform(value) if transform is not None else value
+        if tuple(value.shape) != tuple(variable.shape):
+            converted = "" if transform is None else f" as {tuple(value.shape)}"
+            mismatched.append(f"{key}: checkpoint {tuple(np.shape(wanted[key]))}{converted}, "
+                              f"model {tuple(variable.shape)}")
+        values[key] = value
+    if unused or unfilled or mismatched:
+        found = _infer_variant(backbone_state)
+        problems = []
+        if mismatched:
+            problems.append(f"{len(mismatched)} shapes differ: {_limited(mismatched, 6)}")
+        if unused:
+            problems.append(f"{len(unused)} checkpoint tensors have no Keras weight: "
+                            f"{_limited(in_file[key] for key in unused)}")
+        if unfilled:
+            problems.append(f"{len(unfilled)} Keras weights have no checkpoint tensor: "
+                            f"{_limited(unfilled)}")
+        hint = (f" The checkpoint's backbone is MSCAN-{found.upper()}: build the model "
+                f"with variant={found!r}." if found else "")
+        raise CheckpointMismatchError(f"The checkpoint does not fit {model.name!r} "
+                                      f"({part} weights, {layout} layout): "
+                                      + "; ".join(problems) + "." + hint)
+    for key, value in values.items() if assign else ():
+        variable = targets[key][0]
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+    return {"layout": layout, "part": part, "loaded": len(values),
+            "skipped": sorted(in_file[key] for key in skipped)}
+
+
+def _is_keras_weights(weights):
+    return isinstance(weights, (str, os.PathLike)) and os.fspath(weights).endswith(".h5")
+
+
+def _backbone_of(model):
+    """The :func:`mscan` sub-model of a :func:`segnext` model (the model itself for an
+    :func:`mscan` model)."""
+    try:
+        return model.get_layer("backbone")
+    except ValueError:
+        return model
+
