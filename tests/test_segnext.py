@@ -212,6 +212,24 @@ def test_any_size_training_step_and_mixed_precision(tiny_outputs):
     assert agreement > 0.8, agreement
 
 
+def test_another_context_block_in_the_light_ham_head():
+    """``context="none"`` is the SegNeXt paper's decoder ablation (no Hamburger); any
+    context block can stand in its place; an ImageNet backbone still loads, a full
+    official checkpoint does not (its Hamburger has nowhere to go)."""
+    ablation = segnext(None, num_classes=7, channels=64, ham_channels=64, rank=8,
+                       backbone_options=TINY, context="none")
+    full = tiny_segnext()
+    ham = full.get_layer("decode_head.hamburger")
+    assert full.count_params() - ablation.count_params() == ham.count_params()
+    load_segnext_weights(ablation, FIXTURES / "tiny_imagenet.pth")
+    with pytest.raises(CheckpointMismatchError, match="decode_head.hamburger.ham_in"):
+        load_segnext_weights(ablation, FIXTURES / "tiny_mmseg.pth")
+    attention = segnext(None, num_classes=7, channels=64, ham_channels=64,
+                        backbone_options=TINY, context="self_attention")
+    images = np.zeros((1, 40, 40, 3), np.float32)
+    assert attention.predict(images, verbose=0).shape == (1, 40, 40, 7)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(variant="xl"), "variant='xl'"),
     (dict(variant=None), "needs `channels` and `ham_channels`"),

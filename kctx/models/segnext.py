@@ -22,6 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx.layers.context_block import context_block
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
 from kctx.layers.resize import ResizeToMatch
 from kctx.models.resnet import torchvision_normalization
@@ -366,7 +367,7 @@ def _conv_gn_relu(x, filters, name, groups):
 
 
 def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=RANK,
-                   dropout_rate=0.1, norm_groups=32, ham_options=None):
+                   dropout_rate=0.1, norm_groups=32, ham_options=None, context=None):
     """SegNeXt's LightHamHead on the backbone's stages 2–4 (mmseg ``LightHamHead``).
 
     Stages 3 and 4 are resized bilinearly to stage 2's size and concatenated with it;
@@ -387,7 +388,10 @@ def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=R
         norm_groups: groups of every GroupNorm (32).
         ham_options: other :class:`kctx.layers.Hamburger` arguments (override the
             official ones; the dictionary is seeded, ``seed=0``, for reproducible
-            inference).
+            inference), or of the ``context`` block.
+        context: ``None`` for the official Hamburger, or a
+            :func:`kctx.layers.context_block` name in its place (``"none"``: the
+            decoder without it, the paper's ablation; ``"ham_nmf"``, ``"self_attention"``...).
 
     Returns:
         (B, H/8, W/8, num_classes) logits at stage 2's resolution.
@@ -398,16 +402,20 @@ def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=R
                              for i, level in enumerate(levels[1:], start=3)]
     x = keras.layers.Concatenate(name="decode_head.concat")(resized)
     x = _conv_gn_relu(x, ham_channels, "decode_head.squeeze", norm_groups)
-    options = dict(OFFICIAL_VARIANTS["light"], rank=rank, norm_groups=norm_groups, seed=0)
-    options.update(ham_options or {})
-    x = Hamburger(**options, name="decode_head.hamburger")(x)
+    if context is None:
+        options = dict(OFFICIAL_VARIANTS["light"], rank=rank, norm_groups=norm_groups, seed=0)
+        options.update(ham_options or {})
+        x = Hamburger(**options, name="decode_head.hamburger")(x)
+    else:
+        x = context_block(context, recipe="segmentation", channels=ham_channels,
+                          name="decode_head.context", **(ham_options or {}))(x)
     x = _conv_gn_relu(x, channels, "decode_head.align", norm_groups)
     x = keras.layers.SpatialDropout2D(dropout_rate, name="decode_head.dropout")(x)
     return keras.layers.Conv2D(num_classes, 1, name="decode_head.conv_seg")(x)
 
 
 def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None, 3),
-            channels=None, ham_channels=None, rank=None, dropout_rate=0.1,
+            channels=None, ham_channels=None, rank=None, dropout_rate=0.1, context=None,
             size_divisor=SIZE_DIVISOR, value_range=(0.0, 255.0), backbone_options=None,
             ham_options=None, synchronized_batch_norm=False, name=None):
     """SegNeXt: MSCAN + LightHamHead, from RGB images (0–255) to logits at their size.
@@ -435,6 +443,9 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
         rank: r of the NMF; default 16 (mmseg's configs), or 64 when ``weights`` is
             an original-repository checkpoint of variant B or L (its configs' r).
         dropout_rate: the head's channel dropout.
+        context: ``None``: the official Hamburger; or a
+            :func:`kctx.layers.context_block` name in its place (``"none"`` is the
+            paper's decoder ablation without it). Official checkpoints need ``None``.
         size_divisor: padding multiple of whole-image inference (1: none).
         value_range: (low, high) of the input images: (0, 255) as the official
             pipeline; (-1, 1) for kctx's segmentation datasets.
@@ -481,7 +492,7 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
     x = PadToMultiple(size_divisor, name="pad")(x)
     features = backbone(x)
     logits = light_ham_head(features, num_classes, channels, ham_channels, rank, dropout_rate,
-                            ham_options=ham_options)
+                            ham_options=ham_options, context=context)
     logits = UpsampleLogits(size_divisor, name="upsample", dtype="float32")([logits, inputs])
     model = keras.Model(inputs, logits, name=name or f"segnext_{variant or 'custom'}")
     if weights is not None:
