@@ -12,6 +12,9 @@ labels int32 (H, W) with 255 ignored). Registered datasets (:data:`DATASETS`):
   ``.mat`` files, or the ``SegmentationClassAug`` PNGs). 21 classes.
 - ``ade20k``: ADE20K / SceneParse150 from a local ``ADEChallengeData2016``
   (150 classes, label 0 "other" ignored), splits ``train`` / ``val``.
+- ``cityscapes``: Cityscapes' fine annotations from a local ``cityscapes`` directory
+  (``leftImg8bit`` and ``gtFine``; 19 classes, the train ids; 255 ignored), splits
+  ``train`` (2,975) / ``val`` (500).
 - ``oxford_iiit_pet`` (TFDS): the trimaps as background 0 / pet 1, the border
   ignored; splits ``train`` / ``test``.
 - ``scene_parse150`` (TFDS): TFDS builds it from the Places Challenge
@@ -100,19 +103,194 @@ def digits_seg(split="train", num_images=None, image_size=64, seed=0):
     return images.astype(np.float32), labels
 
 
-def augment(image, label, seed, crop_size, scale_range=(0.5, 2.0), ignore_label=IGNORE_LABEL):
+def keep_ratio_size(height, width, scale, ratio=1.0):
+    """The size mmcv's ``imrescale`` gives an image of ``height`` × ``width`` for ``scale``.
+
+    The factor is f = min(long / max(H, W), short / min(H, W)) with (long, short) the
+    larger and smaller entry of ``scale`` times ``ratio``, and the new size
+    int(H·f + 0.5) × int(W·f + 0.5): the image fits in long × short either way round
+    (mmseg's ``Resize(scale=(2048, 512), keep_ratio=True)``; ``RandomResize`` draws the
+    ratio).
+
+    Args:
+        height, width: the image's size (ints or scalar tensors).
+        scale: two sides, e.g. ``(2048, 512)``.
+        ratio: a factor of both sides (a float or a scalar tensor).
+
+    Returns:
+        ``(new height, new width)``: ints for int inputs, else int32 tensors.
+
+    Example:
+
+    >>> keep_ratio_size(375, 500, (2048, 512))
+    (512, 683)
+
+    Reference:
+        mmcv 2.x ``mmcv.image.geometric.rescale_size`` and ``_scale_size``.
+    """
+    long, short = max(scale), min(scale)
+    if all(isinstance(v, (int, float)) for v in (height, width, ratio)):
+        long, short = long * ratio, short * ratio
+        factor = min(long / max(height, width), short / min(height, width))
+        return int(height * factor + 0.5), int(width * factor + 0.5)
+    import tensorflow as tf
+
+    size = tf.cast(tf.stack([height, width]), tf.float64)
+    ratio = tf.cast(ratio, tf.float64)
+    factor = tf.minimum(long * ratio / tf.reduce_max(size), short * ratio / tf.reduce_min(size))
+    new = tf.cast(tf.floor(size * factor + 0.5), tf.int32)
+    return new[0], new[1]
+
+
+def rescale_keep_ratio(image, scale):
+    """Resize a [-1, 1] image to :func:`keep_ratio_size` as mmcv's ``imrescale`` does.
+
+    The official test pipelines (``Resize(scale=..., keep_ratio=True)``) resize the
+    uint8 image with OpenCV's bilinear interpolation (half-pixel centres, no
+    antialiasing) and keep uint8: here the image's 0–255 levels are resized bilinearly
+    (the same sampling, in float) and rounded back to levels. OpenCV's fixed-point
+    arithmetic differs from that by at most one level (measured on the fixtures of
+    ``tools/ade20k_pipeline_fixtures.py``; see the tests).
+
+    Args:
+        image: (H, W, C) float in [-1, 1] whose values are uint8 levels (x / 127.5 − 1),
+            as the loaders decode them.
+        scale: two sides, e.g. ``(2048, 512)``.
+
+    Returns:
+        (H', W', C) float32 in [-1, 1], again on uint8 levels.
+    """
+    import tensorflow as tf
+
+    shape = tf.shape(image)
+    size = tf.stack(keep_ratio_size(shape[0], shape[1], scale))
+    levels = (tf.cast(image, tf.float32) + 1.0) * 127.5
+    resized = tf.image.resize(levels, size, method="bilinear")
+    return tf.clip_by_value(tf.round(resized), 0.0, 255.0) / 127.5 - 1.0
+
+
+# PhotoMetricDistortion's ranges (mmseg 1.x defaults, on 0–255 values; hue in OpenCV's
+# 0–180 units).
+_BRIGHTNESS_DELTA, _CONTRAST_RANGE, _SATURATION_RANGE, _HUE_DELTA = 32.0, (0.5, 1.5), \
+    (0.5, 1.5), 18
+
+
+def photometric_distortion(image, seed):
+    """mmseg's ``PhotoMetricDistortion`` on a [-1, 1] RGB image, keyed on ``seed``.
+
+    Each with probability 1/2, in this order: brightness + U(−32, 32) (on 0–255);
+    contrast · U(0.5, 1.5), either here or last (probability 1/2 each); saturation ·
+    U(0.5, 1.5) and hue + k/180 of the circle, k uniform in −18..17 (in HSV); every step
+    clipped to 0–255. mmseg rounds each step down to uint8 and converts HSV with
+    OpenCV; here values stay float and HSV is TensorFlow's (the same hexcone model).
+
+    Args:
+        image: (H, W, 3) float in [-1, 1].
+        seed: a shape-(2,) int tensor; the distortion is a function of it.
+
+    Returns:
+        (H, W, 3) float32 in [-1, 1].
+
+    Reference:
+        mmsegmentation 1.x ``mmseg/datasets/transforms/transforms.py``
+        (``PhotoMetricDistortion``); Howard, "Some Improvements on Deep Convolutional
+        Neural Network Based Image Classification", 2013.
+    """
+    import tensorflow as tf
+
+    keys = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=9)
+
+    def chance(key):
+        return tf.random.stateless_uniform((), key) < 0.5
+
+    def uniform(key, low, high):
+        return tf.random.stateless_uniform((), key, low, high)
+
+    x = (tf.cast(image, tf.float32) + 1.0) * 127.5
+    x = tf.where(chance(keys[0]), tf.clip_by_value(
+        x + uniform(keys[1], -_BRIGHTNESS_DELTA, _BRIGHTNESS_DELTA), 0.0, 255.0), x)
+    contrast_first = chance(keys[2])
+    apply_contrast, alpha = chance(keys[3]), uniform(keys[4], *_CONTRAST_RANGE)
+
+    def contrast(x, now):
+        return tf.where(now & apply_contrast, tf.clip_by_value(x * alpha, 0.0, 255.0), x)
+
+    x = contrast(x, contrast_first)
+    unit = x / 255.0
+    unit = tf.where(chance(keys[5]), tf.image.adjust_saturation(
+        unit, uniform(keys[6], *_SATURATION_RANGE)), unit)
+    hue = tf.cast(tf.random.stateless_uniform((), keys[8], -_HUE_DELTA, _HUE_DELTA,
+                                              dtype=tf.int32), tf.float32) / 180.0
+    unit = tf.where(chance(keys[7]), tf.image.adjust_hue(unit, hue), unit)
+    x = contrast(tf.clip_by_value(unit * 255.0, 0.0, 255.0), ~contrast_first)
+    return x / 127.5 - 1.0
+
+
+_CROP_TRIES = 10  # mmseg RandomCrop's attempts at cat_max_ratio
+
+
+def _crop_offset(label, crop_size, keys, cat_max_ratio, ignore_label):
+    """(top, left) of a crop of the padded ``label``: one draw, or with ``cat_max_ratio``
+    < 1 mmseg's ``RandomCrop`` rule: the first of 10 draws whose crop holds at least two
+    counted classes, the largest below ``cat_max_ratio`` of the counted pixels (the
+    ignore label uncounted), else an 11th draw."""
+    import tensorflow as tf
+
+    height, width = tf.shape(label)[0], tf.shape(label)[1]
+
+    def draw(top_key, left_key, shape=()):
+        return (tf.random.stateless_uniform(shape, top_key, 0, height - crop_size + 1,
+                                            dtype=tf.int32),
+                tf.random.stateless_uniform(shape, left_key, 0, width - crop_size + 1,
+                                            dtype=tf.int32))
+
+    top, left = draw(keys[1], keys[2])
+    if cat_max_ratio >= 1.0:
+        return top, left
+    more = tf.random.experimental.stateless_split(
+        tf.random.experimental.stateless_fold_in(keys[1], 1), num=2)
+    tops, lefts = draw(more[0], more[1], (_CROP_TRIES,))
+    tops = tf.concat([top[None], tops], 0)  # the first draw is the one without the rule
+    lefts = tf.concat([left[None], lefts], 0)
+    accepted = []
+    for index in range(_CROP_TRIES):
+        window = label[tops[index]:tops[index] + crop_size, lefts[index]:lefts[index] + crop_size]
+        counts = tf.math.bincount(tf.reshape(window, [-1]), minlength=256, maxlength=256)
+        counts = tf.tensor_scatter_nd_update(counts, [[ignore_label]], [0])
+        accepted.append((tf.math.count_nonzero(counts) > 1) & (
+            tf.cast(tf.reduce_max(counts), tf.float32) <
+            cat_max_ratio * tf.cast(tf.reduce_sum(counts), tf.float32)))
+    accepted = tf.stack(accepted)
+    choice = tf.where(tf.reduce_any(accepted), tf.argmax(tf.cast(accepted, tf.int32)),
+                      tf.constant(_CROP_TRIES, tf.int64))
+    return tops[choice], lefts[choice]
+
+
+def augment(image, label, seed, crop_size, scale_range=(0.5, 2.0), ignore_label=IGNORE_LABEL,
+            train_scale=None, cat_max_ratio=1.0, photometric=False):
     """Random rescale, pad, crop and left-right flip of an image and its label map, aligned.
 
     The image is resized bilinearly and the labels by nearest neighbour with the
-    same factor (drawn from ``scale_range``); both are padded to at least
-    ``crop_size`` (image 0, labels ``ignore_label``), cropped at the same
-    random offset and flipped together. Every draw is a stateless op keyed on
-    ``seed`` (a shape-(2,) int tensor), so an example's augmentation is a
-    function of its seed.
+    same factor, drawn from ``scale_range``: relative to the image's own size, or with
+    ``train_scale`` = (long, short) to the keep-ratio size of (r·long, r·short) (mmseg's
+    ``RandomResize(scale, ratio_range, keep_ratio=True)``, :func:`keep_ratio_size`);
+    both are padded to at least ``crop_size`` (image 0, labels ``ignore_label``),
+    cropped at the same random offset (with ``cat_max_ratio`` < 1 as mmseg's
+    ``RandomCrop``: no class above that share of a crop, in up to 10 tries), with
+    ``photometric`` distorted in colour (:func:`photometric_distortion`; the padding
+    stays 0) and flipped together. Every draw is a stateless op keyed on ``seed`` (a
+    shape-(2,) int tensor), so an example's augmentation is a function of its seed.
 
     Args:
         image: (H, W, C) float.
         label: (H, W) integer.
+        seed: a shape-(2,) int tensor.
+        crop_size: the crops' side.
+        scale_range: (low, high) of the random factor.
+        ignore_label: the label of padding.
+        train_scale: (long, short) the factor applies to, or None (the image's size).
+        cat_max_ratio: the largest share of one class in a crop (1: any crop).
+        photometric: whether to distort brightness, contrast, saturation and hue.
 
     Returns:
         ``(image (crop, crop, C) float32, label (crop, crop) int32)``.
@@ -122,18 +300,26 @@ def augment(image, label, seed, crop_size, scale_range=(0.5, 2.0), ignore_label=
     keys = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=4)
     shape = tf.shape(image)
     scale = tf.random.stateless_uniform((), keys[0], scale_range[0], scale_range[1])
-    size = tf.maximum(tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * scale), tf.int32), 1)
+    if train_scale is None:
+        size = tf.maximum(tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * scale), tf.int32),
+                          1)
+    else:
+        size = tf.maximum(tf.stack(keep_ratio_size(shape[0], shape[1], train_scale, scale)), 1)
     image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
     label = tf.image.resize(tf.cast(label, tf.int32)[..., None], size, method="nearest")[..., 0]
     pad_height = tf.maximum(crop_size - size[0], 0)
     pad_width = tf.maximum(crop_size - size[1], 0)
     image = tf.pad(image, [[0, pad_height], [0, pad_width], [0, 0]])
     label = tf.pad(label, [[0, pad_height], [0, pad_width]], constant_values=ignore_label)
-    height, width = size[0] + pad_height, size[1] + pad_width
-    top = tf.random.stateless_uniform((), keys[1], 0, height - crop_size + 1, dtype=tf.int32)
-    left = tf.random.stateless_uniform((), keys[2], 0, width - crop_size + 1, dtype=tf.int32)
+    top, left = _crop_offset(label, crop_size, keys, cat_max_ratio, ignore_label)
     image = image[top:top + crop_size, left:left + crop_size]
     label = label[top:top + crop_size, left:left + crop_size]
+    if photometric:
+        inside = (tf.range(crop_size)[:, None] < size[0] - top) & (
+            tf.range(crop_size)[None, :] < size[1] - left)
+        distorted = photometric_distortion(image, tf.random.experimental.stateless_fold_in(
+            keys[3], 1))
+        image = tf.where(inside[..., None], distorted, 0.0)
     flip = tf.random.stateless_uniform((), keys[3]) < 0.5
     image = tf.cond(flip, lambda: tf.reverse(image, [1]), lambda: image)
     label = tf.cond(flip, lambda: tf.reverse(label, [1]), lambda: label)
@@ -334,6 +520,75 @@ def _ade20k(split, data_dir=None, **_):
     return Split(examples, count, decode)
 
 
+CITYSCAPES_LAYOUT = ("ROOT/cityscapes/{leftImg8bit, gtFine}/{train, val}/<city>/ with "
+                     "*_leftImg8bit.png and *_gtFine_labelTrainIds.png (or *_gtFine_labelIds.png)")
+CITYSCAPES_CLASSES = 19
+# cityscapesScripts' labels.py: label id → train id of the 19 evaluated classes (road,
+# sidewalk, building, wall, fence, pole, traffic light, traffic sign, vegetation, terrain,
+# sky, person, rider, car, truck, bus, train, motorcycle, bicycle); every other id → 255.
+CITYSCAPES_TRAIN_IDS = {7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9,
+                        23: 10, 24: 11, 25: 12, 26: 13, 27: 14, 28: 15, 31: 16, 32: 17, 33: 18}
+_CITYSCAPES_IMAGE = "_leftImg8bit.png"
+
+
+def cityscapes_files(root, split):
+    """(image, label) file pairs of Cityscapes' fine annotations, sorted by city and name.
+
+    Images are ``leftImg8bit/<split>/<city>/<name>_leftImg8bit.png``; labels
+    ``gtFine/<split>/<city>/<name>_gtFine_labelTrainIds.png`` (the 19 train ids and 255,
+    written by cityscapesScripts' ``createTrainIdLabelImgs``) when present, else
+    ``<name>_gtFine_labelIds.png`` (mapped with :data:`CITYSCAPES_TRAIN_IDS` when read).
+
+    Args:
+        root: the directory holding ``cityscapes/`` (or ``cityscapes`` itself).
+        split: ``"train"`` or ``"val"``.
+
+    Raises:
+        DatasetNotFoundError: naming the directory and the expected layout.
+    """
+    root = pathlib.Path(root).expanduser()
+    if split not in ("train", "val"):
+        raise ValueError("`split` of cityscapes must be 'train' or 'val'. "
+                         f"Received: split={split!r}")
+    city = _first_dir([root / "cityscapes", root], "leftImg8bit")
+    if city is None or not (city / "leftImg8bit" / split).is_dir():
+        raise DatasetNotFoundError(f"Cityscapes was not found in {root}: expected "
+                                   f"{CITYSCAPES_LAYOUT.replace('ROOT', str(root))} "
+                                   "(leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip "
+                                   "from cityscapes-dataset.com); pass its parent directory "
+                                   "as data_dir / --data-dir")
+    pairs = []
+    for image in sorted((city / "leftImg8bit" / split).glob(f"*/*{_CITYSCAPES_IMAGE}")):
+        stem = image.name[:-len(_CITYSCAPES_IMAGE)]
+        labels = city / "gtFine" / split / image.parent.name
+        train_ids = labels / f"{stem}_gtFine_labelTrainIds.png"
+        pairs.append((image, train_ids if train_ids.is_file()
+                      else labels / f"{stem}_gtFine_labelIds.png"))
+    return pairs
+
+
+def _cityscapes(split, data_dir=None, **_):
+    import tensorflow as tf
+
+    root = _local_root(data_dir)
+    pairs = cityscapes_files(root, split)
+    _check_files(f"cityscapes {split!r}", root, pairs)
+    examples, count = _file_split(pairs)
+    table = np.full(256, IGNORE_LABEL, np.int32)
+    table[list(CITYSCAPES_TRAIN_IDS)] = list(CITYSCAPES_TRAIN_IDS.values())
+    table = tf.constant(table)
+
+    def decode(example):
+        image = decode_rgb(tf.io.read_file(example["image"]))
+        label = tf.cast(tf.io.decode_png(tf.io.read_file(example["label"]), channels=1)[..., 0],
+                        tf.int32)
+        label_ids = tf.strings.regex_full_match(example["label"], r".*_labelIds\.png")
+        label = tf.where(label_ids, tf.gather(table, label), label)
+        return _to_unit_range(image), label
+
+    return Split(examples, count, decode)
+
+
 def _pets(split, data_dir=None, manual_dir=None, download=False):
     import tensorflow as tf
 
@@ -382,6 +637,7 @@ DATASETS = {
     "digits_seg": (_digits_seg, DIGITS_SEG_CLASSES, "embedded (scikit-learn digits)"),
     "voc": (_voc, 21, "local VOCdevkit (+ SBD)"),
     "ade20k": (_ade20k, ADE20K_CLASSES, "local ADEChallengeData2016"),
+    "cityscapes": (_cityscapes, CITYSCAPES_CLASSES, "local cityscapes (leftImg8bit, gtFine)"),
     "oxford_iiit_pet": (_pets, 2, "TFDS"),
     "scene_parse150": (_scene_parse150, SCENE_PARSE150_TFDS_CLASSES, "TFDS (instance categories)"),
 }
@@ -390,9 +646,10 @@ DATASETS = {
 def load_split(config, split, data_dir=None, manual_dir=None, download=False, num_images=None):
     """The :class:`Split` ``split`` of ``config.dataset`` (the first ``num_images`` when given).
 
-    ``data_dir``: the TFDS data directory for TFDS datasets; for ``voc`` and
-    ``ade20k`` the directory holding ``VOCdevkit`` (and ``benchmark_RELEASE``)
-    or ``ADEChallengeData2016`` (default ``$KCTX_DATA_DIR`` or ``~/datasets``).
+    ``data_dir``: the TFDS data directory for TFDS datasets; for ``voc``, ``ade20k``
+    and ``cityscapes`` the directory holding ``VOCdevkit`` (and ``benchmark_RELEASE``),
+    ``ADEChallengeData2016`` or ``cityscapes`` (default ``$KCTX_DATA_DIR`` or
+    ``~/datasets``).
 
     Raises:
         DatasetNotFoundError: when the data is not there, naming what and where.
@@ -434,7 +691,8 @@ def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=Non
     Batches are ``(images (B, crop, crop, 3), labels (B, crop, crop) int32)``;
     batch k is a function of (seed, k) (:func:`kctx.data.streaming_batches`),
     each example decoded after the shuffle and augmented with :func:`augment`
-    keyed on (seed, its index). ``source``: the training :class:`Split` if
+    keyed on (seed, its index) with the config's ``scale_range``, ``train_scale``,
+    ``cat_max_ratio`` and ``photometric``. ``source``: the training :class:`Split` if
     already loaded; ``input_context``: yield this input pipeline's per-replica
     slices (:func:`kctx.data.replica_slices`), decoding only those.
     """
@@ -447,12 +705,24 @@ def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=Non
     def preprocess(index, example):
         image, label = source.decode(example)
         seed_pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
-        return augment(image, label, seed_pair, config.crop_size, config.scale_range)
+        return augment(image, label, seed_pair, config.crop_size, config.scale_range,
+                       train_scale=config.train_scale, cat_max_ratio=config.cat_max_ratio,
+                       photometric=config.photometric)
 
     return streaming_batches(source.examples, preprocess, source.num_examples, config.batch_size,
                              seed=seed, start_step=start_step,
                              shuffle_buffer=min(source.num_examples, config.shuffle_buffer),
                              input_context=input_context)
+
+
+def evaluation_image(image, config):
+    """The evaluation preprocessing of one [-1, 1] image under ``config``: resized with
+    :func:`rescale_keep_ratio` to ``config.eval_resize`` when set (the official test
+    pipelines' ``Resize(scale, keep_ratio=True)``), else unchanged. The labels stay at
+    the image's own size: predictions are resized back to it."""
+    if config.eval_resize:
+        return rescale_keep_ratio(image, config.eval_resize)
+    return image
 
 
 def evaluation_batches(config, batch_size=None, split=None, num_images=None, eval_size=None,
@@ -462,7 +732,9 @@ def evaluation_batches(config, batch_size=None, split=None, num_images=None, eva
     Images of one size (``digits_seg``) come in batches of ``batch_size``. Others
     come one per batch at their own size (the exact protocol), unless
     ``eval_size`` (default ``config.eval_size``) is set: then each is fitted into
-    an eval_size² square (:func:`fit_to_square`) and they are batched.
+    an eval_size² square (:func:`fit_to_square`) and they are batched. With
+    ``config.eval_resize`` the images are resized (:func:`evaluation_image`) and the
+    labels keep their size, so the two differ.
     ``shard``: ``(index, count)``, this worker's share of the examples
     (``Dataset.shard``, before decoding).
     """
@@ -479,6 +751,9 @@ def evaluation_batches(config, batch_size=None, split=None, num_images=None, eva
     if eval_size:
         dataset = dataset.map(lambda image, label: fit_to_square(image, label, eval_size),
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    elif not source.fixed_size:
+    elif config.eval_resize:
+        dataset = dataset.map(lambda image, label: (evaluation_image(image, config), label),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if not eval_size and not source.fixed_size:
         batch_size = 1
     return dataset.batch(batch_size or config.batch_size).prefetch(tf.data.AUTOTUNE)

@@ -1,4 +1,4 @@
-"""HamNet-style segmenters: a dilated ResNet, a context head, bilinear upsampling.
+"""Segmenters: HamNet-style dilated ResNets with a context head, and SegNeXt.
 
 The backbone is :func:`kctx.models.dilated_resnet`: torchvision's ResNet-50 /
 -101 (v1.5 bottlenecks) with its last stages dilated instead of strided,
@@ -11,6 +11,11 @@ r = 64, K = 6 by default, or any name of :func:`kctx.layers.context_block`),
 3×3 conv-BN-ReLU to 256, dropout 0.1, a 1×1 classifier and bilinear upsampling
 to the input size. ``context="aspp"`` swaps the head for DeepLabV3's ASPP as
 the comparison.
+
+``mscan_t`` / ``_s`` / ``_b`` / ``_l`` backbones give SegNeXt instead
+(:func:`kctx.models.segnext`: MSCAN and the LightHamHead, on the same [-1, 1] images),
+with SegNeXt's own Hamburger (context ``ham_nmf_light``) or any context block in its
+place.
 """
 
 import keras
@@ -18,6 +23,7 @@ from keras import ops
 
 from kctx.layers import ResizeToMatch, check_context_block, context_block
 from kctx.models.resnet import dilated_resnet, torchvision_normalization
+from kctx.models.segnext import load_segnext_weights, segnext
 from kctx.validation import check_choice, check_positive_int
 
 # Backbone names -> kctx.models.dilated_resnet arguments.
@@ -27,6 +33,13 @@ BACKBONES = {
     # Small enough for CPU runs on 64×64 inputs: one block per stage, 1/4 width.
     "resnet_tiny": {"depth": 14, "width": 16},
 }
+# SegNeXt backbone names -> kctx.models.segnext variants.
+MSCAN_BACKBONES = {"mscan_t": "t", "mscan_s": "s", "mscan_b": "b", "mscan_l": "l"}
+BACKBONE_NAMES = (*BACKBONES, *MSCAN_BACKBONES)
+# The context name of SegNeXt's own head: the official Hamburger, as HamNet's
+# ham_nmf_light block configures it (kctx.layers.OFFICIAL_VARIANTS["light"]).
+SEGNEXT_CONTEXT = "ham_nmf_light"
+HAMNET_HEAD_CHANNELS = 512
 IMAGE_RANGE = (-1.0, 1.0)  # segmentation.data's images
 
 
@@ -130,52 +143,80 @@ HEADS = ("aspp",)
 def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_classes=21,
               input_shape=(None, None, 3), context_kwargs=None, head_channels=512,
               dropout_rate=0.1, synchronized_batch_norm=False, backbone_weights=None,
-              name=None):
-    """A semantic segmenter: dilated ResNet → context head → per-pixel logits at input size.
+              backbone_options=None, name=None):
+    """A semantic segmenter: backbone → context head → per-pixel logits at input size.
 
-    The images, RGB in [-1, 1] (:mod:`segmentation.data`), are first mapped to
-    torchvision's ImageNet normalisation ((x + 1) / 2 minus the ImageNet mean,
-    over its std: the layer ``input_normalization``), the input that
-    :func:`kctx.models.dilated_resnet` and its torchvision weights expect; the
-    same whether the backbone starts from ImageNet weights or from scratch.
+    With a dilated ResNet backbone the images, RGB in [-1, 1] (:mod:`segmentation.data`),
+    are first mapped to torchvision's ImageNet normalisation ((x + 1) / 2 minus the
+    ImageNet mean, over its std: the layer ``input_normalization``), the input that
+    :func:`kctx.models.dilated_resnet` and its torchvision weights expect; the same
+    whether the backbone starts from ImageNet weights or from scratch. With an
+    ``mscan_*`` backbone it is :func:`kctx.models.segnext` on [-1, 1] images (the same
+    normalisation inside, padding to multiples of 32, the LightHamHead).
 
     Args:
         backbone: a key of ``BACKBONES`` (``"resnet50"``, ``"resnet101"``,
-            ``"resnet_tiny"``).
-        output_stride: 8 or 16.
+            ``"resnet_tiny"``) or of ``MSCAN_BACKBONES`` (``"mscan_t"`` ... ``"mscan_l"``).
+        output_stride: 8 or 16 (8 for SegNeXt, whose head decodes at 1/8).
         context: ``"aspp"`` (DeepLabV3 head) or any
             :func:`kctx.layers.context_block` name (``"ham_nmf"`` default,
             ``"ham_cd"``, ``"ham_vq"``, ``"self_attention"``, ``"kao_kv"``,
-            ``"none"``...), which sits between the head's two 3×3 convs.
+            ``"none"``...), which sits between the head's two 3×3 convs. For SegNeXt,
+            ``"ham_nmf_light"`` (:data:`SEGNEXT_CONTEXT`) is its official Hamburger
+            (``decode_head.hamburger``: official checkpoints load) and any other block
+            takes its place in the LightHamHead (``"none"``: the decoder without it).
         num_classes: logits per pixel.
         input_shape: (H, W, 3); H and W may be None (multi-scale evaluation).
         context_kwargs: extra arguments of the context block (for hams the
-            defaults are r = 64, K = 6 and seed 0; d is the head width).
+            defaults are r = 64, K = 6 and seed 0; d is the head width); for SegNeXt's
+            Hamburger, :class:`kctx.layers.Hamburger` arguments over the official ones.
         head_channels: width of the head's first conv, the context block's d
-            (512 in the paper); the ASPP branches get half of it (DeepLabV3's 256).
-        dropout_rate: before the classifier (0.1 in the paper).
+            (512 in the paper; None: 512); the ASPP branches get half of it (DeepLabV3's
+            256). For SegNeXt the LightHamHead's ``channels`` and ``ham_channels``
+            (None: the variant's).
+        dropout_rate: before the classifier (0.1 in the paper and SegNeXt).
         synchronized_batch_norm: all-reduce batch statistics across replicas.
         backbone_weights: weights of the ``backbone`` sub-model: a torchvision
             ResNet-50 / -101 checkpoint (``.pth``, e.g. torchvision's ImageNet
-            ``resnet101-63fe2227.pth``; :func:`kctx.models.load_torchvision_weights`)
-            or a Keras ``.weights.h5`` of the backbone. None: random initialisation.
+            ``resnet101-63fe2227.pth``; :func:`kctx.models.load_torchvision_weights`),
+            for SegNeXt an MSCAN ImageNet or SegNeXt ``.pth`` (its backbone;
+            :func:`kctx.models.load_segnext_weights`), or a Keras ``.weights.h5`` of
+            the backbone. None: random initialisation.
+        backbone_options: other arguments of the backbone (:func:`kctx.models.mscan`'s
+            ``embed_dims``, ``depths``, ``mlp_ratios``, ``drop_path_rate``;
+            :func:`kctx.models.dilated_resnet`'s ``depth``, ``width``).
+        name: the model's name.
 
     Returns:
         A functional ``keras.Model`` mapping (B, H, W, 3) images to float32
         (B, H, W, num_classes) logits.
 
+    Example:
+
+    >>> model = segmenter("mscan_t", 8, "ham_nmf_light", num_classes=11)
+    >>> tuple(model(keras.ops.zeros((1, 64, 64, 3))).shape)
+    (1, 64, 64, 11)
+
     Reference:
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR
-        2021, Appendix E.3.
+        2021, Appendix E.3; Guo et al., "SegNeXt: Rethinking Convolutional Attention
+        Design for Semantic Segmentation", NeurIPS 2022.
     """
-    check_choice("backbone", backbone, tuple(BACKBONES))
+    check_choice("backbone", backbone, BACKBONE_NAMES)
     check_context_block(context, also=HEADS)
     check_positive_int("num_classes", num_classes)
-    check_positive_int("head_channels", head_channels)
+    if head_channels is not None:
+        check_positive_int("head_channels", head_channels)
+    if backbone in MSCAN_BACKBONES:
+        return _segnext(backbone, output_stride, context, num_classes, input_shape,
+                        context_kwargs, head_channels, dropout_rate, synchronized_batch_norm,
+                        backbone_weights, backbone_options, name)
+    head_channels = head_channels or HAMNET_HEAD_CHANNELS
     features_model = dilated_resnet(output_stride=output_stride, weights=backbone_weights or None,
                                     input_shape=input_shape,
                                     synchronized_batch_norm=synchronized_batch_norm,
-                                    name="backbone", **BACKBONES[backbone])
+                                    name="backbone",
+                                    **{**BACKBONES[backbone], **(backbone_options or {})})
     inputs = keras.Input(input_shape, name="images")
     normalized = torchvision_normalization(IMAGE_RANGE, name="input_normalization")(inputs)
     features = features_model(normalized)
@@ -187,3 +228,23 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
     x = keras.layers.Conv2D(num_classes, 1, name="classifier")(x)
     logits = ResizeToMatch(name="upsample", dtype="float32")([x, inputs])
     return keras.Model(inputs, logits, name=name or f"{backbone}_os{output_stride}_{context}")
+
+
+def _segnext(backbone, output_stride, context, num_classes, input_shape, context_kwargs,
+             head_channels, dropout_rate, synchronized, backbone_weights, backbone_options,
+             name):
+    if output_stride != 8 or context in HEADS:
+        raise ValueError(f"SegNeXt ({backbone}) decodes at output stride 8 with a context "
+                         f"block (e.g. {SEGNEXT_CONTEXT!r}). Received: "
+                         f"output_stride={output_stride}, context={context!r}")
+    variant = MSCAN_BACKBONES[backbone]
+    official = context == SEGNEXT_CONTEXT
+    model = segnext(variant, num_classes, input_shape=input_shape, channels=head_channels,
+                    ham_channels=head_channels, dropout_rate=dropout_rate,
+                    context=None if official else context, value_range=IMAGE_RANGE,
+                    backbone_options=backbone_options, ham_options=context_kwargs,
+                    synchronized_batch_norm=synchronized,
+                    name=name or f"segnext_{variant}" + ("" if official else f"_{context}"))
+    if backbone_weights:
+        load_segnext_weights(model.get_layer("backbone"), backbone_weights)
+    return model

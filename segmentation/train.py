@@ -13,7 +13,11 @@ synchronised across replicas).
 
 ``--config voc`` (HamNet's PASCAL VOC recipe), ``voc_fast``, ``ade20k``, ``pets``
 or ``scene_parse150`` train on real data found with ``--data-dir``
-(``segmentation.data``).
+(``segmentation.data``). ``--config segnext_ade20k`` / ``segnext_cityscapes`` train
+SegNeXt (MSCAN-T; ``--backbone mscan_s`` / ``_b`` / ``_l``) with the official recipe:
+AdamW (head ×10, norms undecayed), 1,500 warm-up steps then poly, RandomResize,
+RandomCrop with cat_max_ratio 0.75, flip and photometric distortion, evaluated with the
+official test pipeline; ``segnext_digits`` trains SegNeXt-T from scratch on digits_seg.
 """
 
 from segmentation.workflow import WORKFLOW

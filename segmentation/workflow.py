@@ -1,35 +1,65 @@
-"""The segmentation workflow for :func:`kctx.training.run`: HamNet-style segmenters, the
-poly schedule, mIoU single-scale or multi-scale + flip, and prediction PNGs.
+"""The segmentation workflow for :func:`kctx.training.run`: HamNet-style segmenters and
+SegNeXt, SGD or AdamW with the poly schedule, mIoU single-scale or multi-scale + flip on
+whole images or sliding windows, and prediction PNGs.
 
 ``python -m segmentation.train`` and ``python -m segmentation.evaluate`` run
-it. What is segmentation's own: the dilated ResNet with a Ham (or ASPP) head,
-SGD with the poly learning rate, aligned image / label augmentation, and the
-confusion-matrix scores (summed over the workers, each scoring its shard).
+it. What is segmentation's own: the dilated ResNet with a Ham (or ASPP) head and
+SegNeXt, the optimizer recipes, aligned image / label augmentation, the evaluation
+protocols (:class:`Predictor`) and the confusion-matrix scores (summed over the
+workers, each scoring its shard).
 """
 
 import keras
 import numpy as np
 
 from kctx.layers import set_hamburger_eval_steps
-from kctx.training import Workflow, sgd
+from kctx.ops import resize_bilinear
+from kctx.training import ParamwiseAdamW, WarmupPolyDecay, Workflow, sgd
 from segmentation.configs import CONFIGS
 from segmentation.data import IGNORE_LABEL, evaluation_batches, load_split, training_batches
 from segmentation.models import segmenter
+from segmentation.palettes import palette, voc_palette  # noqa: F401 - voc_palette: public here
 
 
 def poly_schedule(config):
-    """``learning_rate · (1 − step / steps)^power``, reaching 0 at ``steps``."""
+    """The config's learning rate per step: ``learning_rate · (1 − step / steps)^power``,
+    reaching 0 at ``steps``; with ``warmup_steps``, mmengine's linear warm-up from
+    ``warmup_ratio · learning_rate`` then poly decay to 0 at the last step
+    (:class:`kctx.training.WarmupPolyDecay`)."""
+    if config.warmup_steps:
+        return WarmupPolyDecay(config.learning_rate, config.steps, config.warmup_steps,
+                               config.warmup_ratio, config.power)
     return keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, decay_steps=config.steps, end_learning_rate=0.0,
         power=config.power)
 
 
+def build_optimizer(config):
+    """The config's optimizer on :func:`poly_schedule`: SGD with momentum and decay on
+    kernels (``optimizer="sgd"``), or PyTorch's AdamW with mmengine's ``paramwise``
+    multipliers (``"adamw"``, :class:`kctx.training.ParamwiseAdamW`)."""
+    schedule = poly_schedule(config)
+    if config.optimizer == "adamw":
+        return ParamwiseAdamW(schedule, weight_decay=config.weight_decay,
+                              paramwise=config.paramwise)
+    return sgd(schedule, config.momentum, config.weight_decay)
+
+
 def confusion_matrix(model, dataset, num_classes):
     """The (num_classes, num_classes) confusion matrix of ``model`` on ``dataset`` (labels
-    255 ignored; rows: labels, columns: predictions)."""
+    255 ignored; rows: labels, columns: predictions).
+
+    Where the labels' size differs from the images' (evaluation resized the images),
+    ``model`` is called with ``output_size`` = the labels' (H, W), as a
+    :class:`Predictor` takes it."""
     metric = keras.metrics.MeanIoU(num_classes, ignore_class=IGNORE_LABEL, sparse_y_pred=False)
     for images, labels in dataset:
-        metric.update_state(labels, model(images, training=False))
+        size = tuple(labels.shape[1:3])
+        if tuple(images.shape[1:3]) == size:
+            outputs = model(images, training=False)
+        else:
+            outputs = model(images, training=False, output_size=size)
+        metric.update_state(labels, outputs)
     return keras.ops.convert_to_numpy(metric.total_cm).astype(np.float64)
 
 
@@ -56,15 +86,17 @@ def segmentation_scores(model, dataset, num_classes):
 MULTI_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
 
 
-def predict_scores(model, images, scales=(1.0,), flip=False):
+def predict_scores(model, images, scales=(1.0,), flip=False, output_size=None):
     """Softmax class scores of ``images`` (B, H, W, 3), averaged over scales and flips.
 
     Each scale resizes the images bilinearly (side ``round(s · H)``), runs the
-    model and resizes its logits back to (H, W) before the softmax; with
-    ``flip`` the mirrored images are scored too and mirrored back.
+    model and resizes its logits to ``output_size`` (default (H, W)) before the
+    softmax, as mmseg resizes logits back to the original image; with ``flip`` the
+    mirrored images are scored too and mirrored back.
     """
     images = keras.ops.convert_to_tensor(images, "float32")
     height, width = images.shape[1], images.shape[2]
+    output_size = tuple(output_size or (height, width))
     total = 0.0
     for scale in scales:
         size = (max(1, int(round(height * scale))), max(1, int(round(width * scale))))
@@ -74,39 +106,111 @@ def predict_scores(model, images, scales=(1.0,), flip=False):
             logits = model(batch, training=False)
             if mirrored:
                 logits = keras.ops.flip(logits, axis=2)
-            if size != (height, width):
-                logits = keras.ops.image.resize(logits, (height, width))
+            if tuple(logits.shape[1:3]) != output_size:
+                logits = keras.ops.image.resize(logits, output_size)
             total = total + keras.ops.softmax(logits, axis=-1)
     return total
 
 
-def voc_palette(num_classes=256):
-    """PASCAL VOC's colour map (class c's bits spread over R, G, B); 255 is white here."""
-    palette = np.zeros((num_classes, 3), np.uint8)
-    for index in range(num_classes):
-        c, r, g, b = index, 0, 0, 0
-        for bit in range(8):
-            r |= ((c >> 0) & 1) << (7 - bit)
-            g |= ((c >> 1) & 1) << (7 - bit)
-            b |= ((c >> 2) & 1) << (7 - bit)
-            c >>= 3
-        palette[index] = (r, g, b)
-    palette[IGNORE_LABEL] = (255, 255, 255)
-    return palette
+def window_origins(length, crop, stride):
+    """The starts of mmseg's sliding windows along one side of ``length``: windows every
+    ``stride``, the last moved back to end at the border (one window when ``length`` ≤
+    ``crop``)."""
+    count = max(length - crop + stride - 1, 0) // stride + 1
+    return [max(min(index * stride + crop, length) - crop, 0) for index in range(count)]
 
 
-def save_predictions(images, labels, predictions, path, min_side=192):
-    """One PNG: a row per image of (image, labels, prediction), labels colourised.
+def slide_logits(model, images, crop, stride):
+    """Logits of ``images`` (B, H, W, 3) from sliding ``crop``² windows every ``stride``.
+
+    Each window's logits are added at its place and the sum divided by the number of
+    windows covering each pixel: mmseg's ``EncoderDecoder.slide_inference`` (its
+    windows: :func:`window_origins` along each side, the crop smaller where the image
+    is). H and W must be known (evaluation runs eagerly, one image per batch).
+
+    Args:
+        model: ``model(windows, training=False)`` → (B, h, w, K) logits at the
+            windows' size.
+        images: (B, H, W, 3).
+        crop: the windows' side.
+        stride: the step between windows.
+
+    Returns:
+        (B, H, W, K) float32 logits.
+
+    Reference:
+        mmsegmentation 1.x ``mmseg/models/segmentors/encoder_decoder.py``
+        (``slide_inference``).
+    """
+    images = keras.ops.convert_to_tensor(images, "float32")
+    height, width = int(images.shape[1]), int(images.shape[2])
+    total, count = 0.0, np.zeros((1, height, width, 1), np.float32)
+    for top in window_origins(height, crop, stride):
+        for left in window_origins(width, crop, stride):
+            bottom, right = min(top + crop, height), min(left + crop, width)
+            logits = keras.ops.cast(model(images[:, top:bottom, left:right], training=False),
+                                    "float32")
+            total = total + keras.ops.pad(logits, [[0, 0], [top, height - bottom],
+                                                   [left, width - right], [0, 0]])
+            count[:, top:bottom, left:right] += 1.0
+    return total / count
+
+
+class Predictor:
+    """A config's evaluation protocol around a model: ``predictor(images, output_size)``
+    gives softmax scores summed over its scales and flips, each from whole-image or
+    sliding-window logits (:func:`slide_logits`) resized to ``output_size`` (the
+    original images' size when evaluation resized them; default the images' own).
+
+    Args:
+        model: the segmenter (or an exported artifact behind the Keras interface).
+        scales: input scales (:data:`MULTI_SCALES` or (1.0,)).
+        flip: also score the mirrored images.
+        mode: ``"whole"`` or ``"slide"``.
+        crop, stride: the sliding windows' side and step (``"slide"``).
+
+    Example:
+
+    >>> predictor = Predictor.from_config(model, get_config("segnext_cityscapes"))
+    >>> scores = predictor(images, output_size=(1024, 2048))  # doctest: +SKIP
+    """
+
+    def __init__(self, model, scales=(1.0,), flip=False, mode="whole", crop=None, stride=None):
+        self.model, self.scales, self.flip = model, tuple(scales), flip
+        self.mode, self.crop, self.stride = mode, crop, stride
+
+    @classmethod
+    def from_config(cls, model, config):
+        """The protocol of ``config``'s evaluation fields (``eval_ham_steps`` is set on the
+        model's Hamburgers here)."""
+        if config.eval_ham_steps is not None:
+            set_hamburger_eval_steps(model, config.eval_ham_steps)
+        return cls(model, MULTI_SCALES if config.eval_multi_scale else (1.0,),
+                   config.eval_flip, config.eval_mode, config.eval_crop, config.eval_stride)
+
+    def logits(self, images, training=False):
+        """The model's logits of ``images`` at their size, whole or from sliding windows."""
+        if self.mode == "slide":
+            return slide_logits(self.model, images, self.crop, self.stride)
+        return self.model(images, training=training)
+
+    def __call__(self, images, training=False, output_size=None):
+        return predict_scores(self.logits, images, self.scales, self.flip, output_size)
+
+
+def save_predictions(images, labels, predictions, path, min_side=192, colours=None):
+    """One PNG: a row per image of (image, labels, prediction), labels colourised with
+    ``colours`` (a 256-row palette; default the VOC colours).
 
     Images may differ in size (narrower rows are padded with white). Small
     images are enlarged by pixel repetition to at least ``min_side``.
     """
-    palette = voc_palette()
+    colours = voc_palette() if colours is None else colours
     rows = []
     for image, label, prediction in zip(images, labels, predictions):
         picture = ((np.asarray(image) + 1.0) * 127.5).clip(0, 255).astype(np.uint8)
-        rows.append(np.concatenate([picture, palette[np.asarray(label)],
-                                    palette[np.asarray(prediction)]], axis=1))
+        rows.append(np.concatenate([picture, colours[np.asarray(label)],
+                                    colours[np.asarray(prediction)]], axis=1))
     width = max(row.shape[1] for row in rows)
     grid = np.concatenate([np.pad(row, [(0, 0), (0, width - row.shape[1]), (0, 0)],
                                   constant_values=255) for row in rows], axis=0)
@@ -116,21 +220,12 @@ def save_predictions(images, labels, predictions, path, min_side=192):
     return path
 
 
-class _Scored:
-    """A callable model whose outputs are the averaged scores (for segmentation_scores)."""
-
-    def __init__(self, model, scales, flip):
-        self.model, self.scales, self.flip = model, scales, flip
-
-    def __call__(self, images, training=False):
-        return predict_scores(self.model, images, self.scales, self.flip)
-
-
 def build_model(config, replicas=1):
     """The segmenter of ``config`` (batch norm synchronised across several replicas)."""
     return segmenter(config.backbone, config.output_stride, config.context, config.num_classes,
                      context_kwargs=config.context_options, head_channels=config.head_channels,
-                     synchronized_batch_norm=replicas > 1, backbone_weights=config.backbone_weights)
+                     synchronized_batch_norm=replicas > 1, backbone_weights=config.backbone_weights,
+                     backbone_options=config.backbone_options)
 
 
 def _location(run):
@@ -139,14 +234,15 @@ def _location(run):
 
 
 class SegmentationWorkflow(Workflow):
-    """HamNet: a dilated ResNet with a Ham (or ASPP) head, the poly schedule, mIoU."""
+    """HamNet (a dilated ResNet with a Ham or ASPP head) and SegNeXt, the poly schedule, mIoU."""
 
     name = "segmentation"
     configs = CONFIGS
     variant_field = "context"
     default_config = "digits_seg"
     evaluation_fields = ("eval_size", "eval_multi_scale", "eval_flip", "eval_images",
-                         "eval_ham_steps", "prediction_images")
+                         "eval_ham_steps", "eval_resize", "eval_mode", "eval_crop",
+                         "eval_stride", "prediction_images")
     export_evaluation = {"prediction_images": 0}  # mIoU of the artifact, no PNGs
 
     def variant(self, config):
@@ -158,8 +254,7 @@ class SegmentationWorkflow(Workflow):
 
     def build(self, run):
         model = build_model(run.config, run.replicas)
-        model.compile(optimizer=sgd(poly_schedule(run.config), run.config.momentum,
-                                    run.config.weight_decay),
+        model.compile(optimizer=build_optimizer(run.config),
                       loss=keras.losses.SparseCategoricalCrossentropy(
                           from_logits=True, ignore_class=IGNORE_LABEL))
         return model
@@ -170,40 +265,51 @@ class SegmentationWorkflow(Workflow):
 
     def evaluate(self, run, model):
         config = run.config
-        scales = MULTI_SCALES if config.eval_multi_scale else (1.0,)
-        if config.eval_ham_steps is not None:
-            set_hamburger_eval_steps(model, config.eval_ham_steps)
+        predictor = Predictor.from_config(model, config)
         dataset = evaluation_batches(config, num_images=config.eval_images, shard=run.worker,
                                      **_location(run))
-        confusion = confusion_matrix(_Scored(model, scales, config.eval_flip), dataset,
-                                     config.num_classes)
+        confusion = confusion_matrix(predictor, dataset, config.num_classes)
         results = dict(scores_from_confusion(run.sum_over_workers(confusion)),
-                       eval_split=config.eval_split, scales=list(scales), flip=config.eval_flip)
+                       eval_split=config.eval_split, scales=list(predictor.scales),
+                       flip=config.eval_flip)
+        if config.eval_resize:
+            results["resize"] = list(config.eval_resize)
+        if config.eval_mode == "slide":
+            results.update(mode="slide", crop=config.eval_crop, stride=config.eval_stride)
         if config.eval_ham_steps is not None:
             results["ham_eval_steps"] = config.eval_ham_steps
         if config.prediction_images and run.chief:
             suffix = ("_ms" if config.eval_multi_scale else "") + (
                 "_flip" if config.eval_flip else "")
-            results["predictions"] = self._draw(run, model, scales,
+            results["predictions"] = self._draw(run, predictor,
                                                 f"predictions{suffix}.png").name
         return results
 
-    def _draw(self, run, model, scales, name):
+    def _draw(self, run, predictor, name):
         config = run.config
         shown = evaluation_batches(config, num_images=config.prediction_images,
                                    **_location(run)).unbatch()
-        shown = [(image[None], label) for image, label in shown]
-        predictions = [keras.ops.argmax(predict_scores(model, image, scales, config.eval_flip),
-                                        axis=-1)[0] for image, _ in shown]
-        return save_predictions([image[0].numpy() for image, _ in shown],
-                                [label.numpy() for _, label in shown],
-                                [keras.ops.convert_to_numpy(p) for p in predictions],
-                                run.directory / name)
+        images, labels, predictions = [], [], []
+        for image, label in shown:
+            size = tuple(label.shape)
+            scores = predictor(image[None], output_size=size)
+            predictions.append(keras.ops.convert_to_numpy(keras.ops.argmax(scores, -1)[0]))
+            if tuple(image.shape[:2]) != size:  # drawn at the labels' size
+                image = resize_bilinear(image[None], size)[0]
+            images.append(keras.ops.convert_to_numpy(image))
+            labels.append(label.numpy())
+        return save_predictions(images, labels, predictions, run.directory / name,
+                                colours=palette(config.dataset))
 
     def summary(self, results):
+        protocol = ""
+        if results.get("resize"):
+            protocol += f", resize {tuple(results['resize'])}"
+        if results.get("mode") == "slide":
+            protocol += f", slide {results['crop']}/{results['stride']}"
         return (f"mIoU {results['miou']:.4f}, pixel accuracy {results['pixel_accuracy']:.4f} "
                 f"({results['config']} {results['eval_split']}, {results['variant']}, scales "
-                f"{results['scales']}, flip {results['flip']})")
+                f"{results['scales']}, flip {results['flip']}{protocol})")
 
 
 WORKFLOW = SegmentationWorkflow()

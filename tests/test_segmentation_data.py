@@ -1,5 +1,6 @@
-"""Segmentation loaders: PASCAL VOC (+ SBD) and ADE20K from tiny on-disk fixtures, the TFDS
-datasets on tfds.testing.mock_data, native-size and fitted evaluation batches."""
+"""Segmentation loaders: PASCAL VOC (+ SBD), ADE20K and Cityscapes from tiny on-disk
+fixtures, the TFDS datasets on tfds.testing.mock_data, native-size and fitted evaluation
+batches."""
 
 import numpy as np
 import pytest
@@ -172,6 +173,53 @@ def test_ade20k_labels_shift_zero_to_ignore(tmp_path):
         np.testing.assert_array_equal(label.numpy(), [[255, 0, 149], [1, 255, 74]])
     with pytest.raises(DatasetNotFoundError, match="ADE20K was not found in .*ADEChallenge"):
         load_split(get_config("ade20k"), "val", data_dir=tmp_path / "elsewhere")
+
+
+def _write_cityscapes(root):
+    """Two cities in train, one in val: frankfurt's val image has only labelIds (mapped to
+    train ids when read), the others labelTrainIds."""
+    from PIL import Image
+
+    city = root / "cityscapes"
+    label_ids = np.array([[7, 8, 0, 26], [33, 24, 1, 255], [11, 23, 21, 6]], np.uint8)
+    train_ids = np.array([[0, 1, 255, 13], [18, 11, 255, 255], [2, 10, 8, 255]], np.uint8)
+    for split, cities in (("train", ("aachen", "bochum")), ("val", ("frankfurt",))):
+        for name in cities:
+            stem = f"{name}_000000_000019"
+            _write_image(city / "leftImg8bit" / split / name / f"{stem}_leftImg8bit.png", (3, 4))
+            labels = city / "gtFine" / split / name
+            labels.mkdir(parents=True)
+            Image.fromarray(label_ids, mode="L").save(labels / f"{stem}_gtFine_labelIds.png")
+            if split == "train":
+                Image.fromarray(train_ids, mode="L").save(
+                    labels / f"{stem}_gtFine_labelTrainIds.png")
+    return root, train_ids
+
+
+def test_cityscapes_reads_train_ids_or_maps_label_ids(tmp_path):
+    from segmentation.data import cityscapes_files
+
+    root, train_ids = _write_cityscapes(tmp_path)
+    config = get_config("segnext_cityscapes")
+    pairs = cityscapes_files(root, "train")
+    assert [(p[0].parent.name, p[1].name) for p in pairs] == [
+        ("aachen", "aachen_000000_000019_gtFine_labelTrainIds.png"),
+        ("bochum", "bochum_000000_000019_gtFine_labelTrainIds.png")]
+    for split in ("train", "val"):
+        examples = _examples(load_split(config, split, data_dir=root))
+        assert len(examples) == (2 if split == "train" else 1)
+        for image, label in examples:
+            assert image.shape == (3, 4, 3)
+            np.testing.assert_array_equal(label.numpy(), train_ids)  # the official table
+    assert cityscapes_files(root / "cityscapes", "val")[0][1].name.endswith("_labelIds.png")
+    with pytest.raises(DatasetNotFoundError, match=r"Cityscapes was not found in .*"
+                                                   r"cityscapes/\{leftImg8bit, gtFine\}"):
+        load_split(config, "val", data_dir=tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="Received: split='test'"):
+        load_split(config, "test", data_dir=root)
+    next(root.glob("cityscapes/gtFine/val/*/*_labelIds.png")).unlink()
+    with pytest.raises(DatasetNotFoundError, match="lists 1 files that do not exist"):
+        load_split(config, "val", data_dir=root)
 
 
 def _encoded(array, format):

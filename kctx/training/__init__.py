@@ -6,10 +6,9 @@
   <workflow>.train`` and ``.evaluate`` command lines, flags generated from
   the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`).
 - :class:`StepCheckpoint`: step checkpoints with exact resume.
-- :func:`sgd`: the recipes' optimizer.
+- :func:`sgd`, :class:`ParamwiseAdamW`, :class:`WarmupPolyDecay`: the recipes'
+  optimizers and schedules (:mod:`kctx.training.optimizers`).
 """
-
-import keras
 
 from kctx.training.checkpoint import CheckpointError, StepCheckpoint
 from kctx.training.cli import evaluate_main, train_main
@@ -22,6 +21,8 @@ from kctx.training.config import (
     config_to_dict,
     replace_config,
 )
+from kctx.training.optimizers import ParamwiseAdamW, WarmupPolyDecay, paramwise_multipliers, \
+    sgd
 from kctx.training.records import HistoryLog, RunDirectoryError, read_history, read_run, write_json
 from kctx.training.runner import (
     DETERMINISTIC_ENVIRONMENT,
@@ -34,19 +35,10 @@ from kctx.training.runner import (
 )
 from kctx.training.workflow import DataLocation, Run, Schedule, Workflow
 
-
-def sgd(learning_rate, momentum=0.9, weight_decay=None):
-    """SGD with momentum and decoupled weight decay on kernels only (not on biases or
-    batch-norm scales and offsets), as the ImageNet and segmentation recipes use."""
-    optimizer = keras.optimizers.SGD(learning_rate, momentum=momentum,
-                                     weight_decay=weight_decay or None)
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    return optimizer
-
-
 __all__ = [
-    "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog", "Run",
-    "RunDirectoryError", "SHARED_HELP", "Schedule", "StepCheckpoint", "Workflow",
+    "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog",
+    "ParamwiseAdamW", "Run", "RunDirectoryError", "SHARED_HELP", "Schedule", "StepCheckpoint",
+    "WarmupPolyDecay", "Workflow", "paramwise_multipliers",
     "check_global_batch", "check_nonnegative", "check_one_of", "check_positive",
     "config_from_dict", "config_to_dict", "deterministic_environment", "enable_determinism",
     "evaluate_main", "evaluate_run", "read_history", "read_run", "replace_config", "run",

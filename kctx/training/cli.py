@@ -42,7 +42,8 @@ def positive_int(text):
 
 DATA_DIR_HELP = ("where the dataset is: a TFDS data directory (default ~/tensorflow_datasets), "
                  "or the directory holding a local dataset such as VOCdevkit, "
-                 "ADEChallengeData2016 or lra_release (default $KCTX_DATA_DIR or ~/datasets)")
+                 "ADEChallengeData2016, cityscapes or lra_release (default $KCTX_DATA_DIR or "
+                 "~/datasets)")
 
 
 def add_data_arguments(parser, data_dir_help=DATA_DIR_HELP):

@@ -26,7 +26,8 @@ SHARED_HELP = {
     "eval_every": "steps between held-out evaluations during training (0: only at the end)",
     "context": "context block: a kctx.layers.context_block name",
     "momentum": "SGD momentum",
-    "weight_decay": "decoupled weight decay on kernels (not on biases or normalisation)",
+    "weight_decay": "decoupled weight decay (SGD: on kernels, not on biases or normalisation; "
+                    "AdamW: on the weights its parameter-wise options leave it on)",
     "train_split": "the dataset split trained on",
     "eval_split": "the held-out split scored at the end",
     "dataset": "dataset name (embedded, local directory or TFDS)",

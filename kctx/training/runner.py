@@ -255,14 +255,7 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
                                 chief=context.chief)
     start, finished = checkpoint.restore(log)
     if context.chief:
-        write_json(directory / "run.json", {
-            "workflow": workflow.name, "config_name": config.name,
-            "variant": workflow.variant(config), "seed": seed, "config": config_to_dict(config),
-            "deterministic": deterministic, "strategy": type(strategy).__name__,
-            "replicas": context.replicas, "data": dataclasses.asdict(context.data),
-            "versions": versions(), "git": git_commit(), "command": sys.argv,
-            "environment": {key: os.environ[key] for key in sorted(os.environ) if key.startswith(
-                ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_"))}})
+        write_json(directory / "run.json", run_record(context))
     inference = workflow.inference_model(context, model)
     log(f"{workflow.name} {config.name} {workflow.variant(config)}: "
         f"{inference.count_params():,} parameters; {schedule.steps} steps of batch "
@@ -307,6 +300,22 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     results.update(model=model, model_dir=str(directory), history=history.rows,
                    **timing(history.rows))
     return results
+
+
+def run_record(context):
+    """The ``run.json`` of a run (a :class:`Run`): workflow, config name, variant, seed, the
+    resolved config, determinism, strategy and replicas, data location, package versions,
+    git commit, command line and the TensorFlow / Keras environment variables."""
+    workflow, config = context.workflow, context.config
+    return {
+        "workflow": workflow.name, "config_name": config.name,
+        "variant": workflow.variant(config), "seed": context.seed,
+        "config": config_to_dict(config), "deterministic": context.deterministic,
+        "strategy": type(context.strategy).__name__, "replicas": context.replicas,
+        "data": dataclasses.asdict(context.data), "versions": versions(), "git": git_commit(),
+        "command": sys.argv,
+        "environment": {key: os.environ[key] for key in sorted(os.environ) if key.startswith(
+            ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_"))}}
 
 
 class _Checkpointing(StepCounter):

@@ -1,0 +1,253 @@
+"""The recipes' optimizers and learning-rate schedules, shared by the workflows.
+
+- :func:`sgd`: SGD with momentum and decoupled weight decay on kernels only (HamNet's
+  segmentation recipe, the ImageNet recipes).
+- :class:`ParamwiseAdamW`: PyTorch's AdamW with mmengine's parameter-wise options: a
+  learning-rate and a weight-decay multiplier per variable, chosen by a substring of
+  its name (SegNeXt's recipe: the decode head at 10× the learning rate, the norms
+  without weight decay).
+- :class:`WarmupPolyDecay`: mmengine's ``LinearLR`` warm-up followed by ``PolyLR``,
+  as the mmsegmentation SegNeXt configs chain them.
+
+Both classes are registered Keras serialisables: a model saved with them reloads with
+them, and their state is the optimizer's variables, which
+:class:`kctx.training.StepCheckpoint` saves and restores like any other optimizer's.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def sgd(learning_rate, momentum=0.9, weight_decay=None):
+    """SGD with momentum and decoupled weight decay on kernels only (not on biases or
+    batch-norm scales and offsets), as the ImageNet and segmentation recipes use."""
+    optimizer = keras.optimizers.SGD(learning_rate, momentum=momentum,
+                                     weight_decay=weight_decay or None)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def paramwise_multipliers(name, paramwise):
+    """``(lr_mult, decay_mult)`` of the weight called ``name`` under mmengine's rule.
+
+    ``paramwise`` is mmengine's ``paramwise_cfg.custom_keys``: {key: {"lr_mult": m,
+    "decay_mult": d}}. The keys are sorted alphabetically, then by length, longest
+    first; the first key that is a substring of ``name`` gives both multipliers (a
+    missing one is 1) and no other key applies; a name no key matches gets (1, 1).
+
+    Args:
+        name: the weight's name (a Keras variable's ``path``, e.g.
+            ``"decode_head.conv_seg/kernel"``).
+        paramwise: the custom keys, or None.
+
+    Returns:
+        ``(lr_mult, decay_mult)`` as floats.
+
+    Example:
+
+    >>> keys = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0}}
+    >>> paramwise_multipliers("block1.0.norm1/gamma", keys)
+    (1.0, 0.0)
+    >>> paramwise_multipliers("decode_head.hamburger/norm/gamma", keys)  # "head" < "norm"
+    (10.0, 1.0)
+
+    Reference:
+        mmengine 0.10, ``DefaultOptimWrapperConstructor.add_params``.
+    """
+    for key in sorted(sorted(paramwise or {}), key=len, reverse=True):
+        if key in name:
+            options = paramwise[key]
+            return float(options.get("lr_mult", 1.0)), float(options.get("decay_mult", 1.0))
+    return 1.0, 1.0
+
+
+def check_paramwise(paramwise, argument="paramwise"):
+    """Raise a ValueError naming ``argument`` unless ``paramwise`` is None or a dict of
+    non-empty string keys to dicts of finite, non-negative ``lr_mult`` / ``decay_mult``."""
+    if paramwise is None:
+        return paramwise
+    problem = not isinstance(paramwise, dict)
+    for key, options in ({} if problem else paramwise).items():
+        problem = problem or not (isinstance(key, str) and key and isinstance(options, dict)
+                                  and set(options) <= {"lr_mult", "decay_mult"})
+        for value in (options.values() if isinstance(options, dict) else ()):
+            problem = problem or isinstance(value, bool) or not isinstance(
+                value, (int, float)) or not math.isfinite(value) or value < 0
+    if problem:
+        raise ValueError(f"`{argument}` must map name substrings to "
+                         '{"lr_mult": m, "decay_mult": d} (finite, >= 0), e.g. '
+                         '{"head": {"lr_mult": 10}, "norm": {"decay_mult": 0}}. '
+                         f"Received: {argument}={paramwise!r}")
+    return paramwise
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class ParamwiseAdamW(keras.optimizers.Optimizer):
+    """PyTorch's AdamW with mmengine's per-parameter learning-rate and decay multipliers.
+
+    For a variable with multipliers (m_lr, m_wd) (:func:`paramwise_multipliers` of its
+    ``path``), at step t = 1, 2, ... with the scheduled learning rate η_t and
+    lr = m_lr · η_t, wd = m_wd · ``weight_decay``:
+
+        θ ← θ · (1 − lr · wd)
+        m ← β₁ m + (1 − β₁) g,    v ← β₂ v + (1 − β₂) g²
+        θ ← θ − lr / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+
+    which is ``torch.optim.AdamW`` with one parameter group per (m_lr, m_wd), as
+    mmengine's ``DefaultOptimWrapperConstructor`` builds them: the decoupled decay of
+    a variable is scaled by its own learning rate. (Keras' ``AdamW`` differs in ε,
+    added to √v before the bias correction, and has no per-variable rates.) Variables
+    excluded with ``exclude_from_weight_decay`` get no decay.
+
+    The multipliers follow from the variables' names when the optimizer is built, so
+    the state to checkpoint is the usual one: ``iterations`` and the moments.
+
+    Args:
+        learning_rate: a float or a ``keras.optimizers.schedules.LearningRateSchedule``.
+        weight_decay: the base decoupled weight decay.
+        beta_1, beta_2: the moments' decay rates.
+        epsilon: ε, added to the bias-corrected √v (PyTorch's default 1e-8).
+        paramwise: mmengine's ``custom_keys`` ({name substring: {"lr_mult": m,
+            "decay_mult": d}}), or None for the same settings everywhere.
+        name: the optimizer's name.
+        **kwargs: other ``keras.optimizers.Optimizer`` arguments (``clipnorm``, ...).
+
+    Example:
+
+    >>> optimizer = ParamwiseAdamW(6e-5, weight_decay=0.01,
+    ...                            paramwise={"head": {"lr_mult": 10.0}})
+    >>> optimizer.build([keras.Variable(1.0, name="w")])
+    >>> optimizer.multipliers
+    [(1.0, 1.0)]
+
+    Reference:
+        Loshchilov and Hutter, "Decoupled Weight Decay Regularization", ICLR 2019,
+        Algorithm 2; ``torch.optim.AdamW`` (PyTorch 2.x); mmengine's
+        ``DefaultOptimWrapperConstructor`` (``paramwise_cfg.custom_keys``).
+    """
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-8, paramwise=None, name="paramwise_adamw", **kwargs):
+        if weight_decay is None or isinstance(weight_decay, bool) or not isinstance(
+                weight_decay, (int, float)) or not math.isfinite(weight_decay) or \
+                weight_decay < 0:
+            raise ValueError("`weight_decay` must be a finite number >= 0. "
+                             f"Received: weight_decay={weight_decay!r}")
+        super().__init__(learning_rate=learning_rate, weight_decay=float(weight_decay),
+                         name=name, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self.paramwise = check_paramwise(paramwise)
+        self.multipliers = []
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"])
+        self.multipliers = []
+        for variable in var_list:
+            lr_mult, decay_mult = paramwise_multipliers(variable.path, self.paramwise)
+            if not self._use_weight_decay(variable):
+                decay_mult = 0.0
+            self.multipliers.append((lr_mult, decay_mult))
+
+    def _apply_weight_decay(self, variables):
+        """The decay is part of :meth:`update_step` (per variable, PyTorch's order)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        lr_mult, decay_mult = self.multipliers[index]
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype) * lr_mult
+        decay = self.weight_decay * decay_mult
+        gradient = ops.cast(gradient, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        m = self._momentums[index]
+        v = self._velocities[index]
+        if decay:
+            self.assign(variable, ops.multiply(variable, 1.0 - lr * decay))
+        self.assign(m, ops.add(ops.multiply(m, self.beta_1), ops.multiply(gradient,
+                                                                           1.0 - self.beta_1)))
+        self.assign(v, ops.add(ops.multiply(v, self.beta_2),
+                               ops.multiply(ops.square(gradient), 1.0 - self.beta_2)))
+        bias_1 = 1.0 - ops.power(ops.cast(self.beta_1, dtype), step)
+        bias_2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(bias_2)), self.epsilon)
+        self.assign_sub(variable, ops.multiply(lr / bias_1, ops.divide(m, denominator)))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+                      paramwise=self.paramwise)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kctx")
+class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear warm-up, then polynomial decay to ``end_learning_rate`` at the last step.
+
+    With η the learning rate, W = ``warmup_steps``, N = ``steps``, r = ``warmup_ratio``
+    and p = ``power``, the rate at step t (0-based, the step whose update it scales) is
+
+        t < W:  η · (r + (1 − r) · t / (W − 1))
+        t ≥ W:  η_end + (η − η_end) · (1 − (t − W) / (N − W − 1))^p,
+
+    which is mmengine's ``LinearLR(start_factor=r, begin=0, end=W)`` chained with
+    ``PolyLR(power=p, eta_min=η_end, begin=W, end=N)``, stepped every iteration: the
+    warm-up reaches η at step W − 1, and the decay reaches η_end at step N − 1, the
+    last update (its value at each step equals mmengine's; see the tests). A run shorter
+    than its warm-up (W ≥ N, e.g. a smoke test) stops on the ramp, as mmengine's would.
+
+    Args:
+        learning_rate: η.
+        steps: N, the training steps.
+        warmup_steps: W (0: no warm-up).
+        warmup_ratio: r, the warm-up's first factor.
+        power: p.
+        end_learning_rate: η_end.
+        name: the schedule's name.
+
+    Example:
+
+    >>> schedule = WarmupPolyDecay(6e-5, steps=160_000, warmup_steps=1500)
+    >>> [round(float(schedule(t)) / 6e-5, 4) for t in (0, 750, 1499, 1500, 80_750, 159_999)]
+    [0.0, 0.5003, 1.0, 1.0, 0.5, 0.0]
+
+    Reference:
+        The mmsegmentation 1.x SegNeXt configs (``param_scheduler``); mmengine 0.10
+        ``LinearParamScheduler`` and ``PolyParamScheduler``.
+    """
+
+    def __init__(self, learning_rate, steps, warmup_steps=0, warmup_ratio=1e-6, power=1.0,
+                 end_learning_rate=0.0, name="warmup_poly_decay"):
+        super().__init__()
+        for key, value, minimum in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"`{key}` must be an integer >= {minimum}. "
+                                 f"Received: {key}={value!r}")
+        self.learning_rate = float(learning_rate)
+        self.steps, self.warmup_steps = steps, warmup_steps
+        self.warmup_ratio, self.power = float(warmup_ratio), float(power)
+        self.end_learning_rate = float(end_learning_rate)
+        self.name = name
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        warm = self.warmup_steps
+        ramp = self.warmup_ratio + (1.0 - self.warmup_ratio) * step / max(warm - 1, 1)
+        decay_steps = max(self.steps - warm - 1, 1)
+        # 1 − (t − W) / (N − W − 1) as (N − 1 − t) / (N − W − 1): integers exact in float32,
+        # so the last steps' small rates keep their relative precision.
+        left = ops.clip((self.steps - 1 - step) / decay_steps, 0.0, 1.0)
+        poly = self.end_learning_rate + (self.learning_rate - self.end_learning_rate) * \
+            ops.power(left, self.power)
+        return ops.where(step < warm, self.learning_rate * ops.minimum(ramp, 1.0), poly)
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate, "steps": self.steps,
+                "warmup_steps": self.warmup_steps, "warmup_ratio": self.warmup_ratio,
+                "power": self.power, "end_learning_rate": self.end_learning_rate,
+                "name": self.name}
