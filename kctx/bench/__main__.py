@@ -33,6 +33,11 @@ BENCHMARKS = {
         "kctx.bench.runtimes",
         "Inference latency in Keras-TF, XLA, JAX, ONNX Runtime, LiteRT fp32 and int8",
     ),
+    "segnext": (
+        "kctx.bench.segnext",
+        "SegNeXt T/S/B/L: params, MACs, CPU latency in Keras-TF, XLA, ONNX Runtime, LiteRT "
+        "vs the official PyTorch model",
+    ),
     "retention": (
         "kctx.bench.retention",
         "Memory a process keeps per model built and fitted (sweeps of many models)",
