@@ -264,11 +264,12 @@ CONFIGS = {
     ),
     # SegNeXt on Cityscapes as the original repository's segnext.*.1024x1024.city.160k
     # (the same AdamW recipe; 19 classes): 1024² crops after Resize((2048, 1024),
-    # 0.5–2.0), batch 16 (8 GPUs × 2 of its S / B / L configs), 160k steps; evaluation
-    # at (2048, 1024) with sliding 1024² windows at stride 768.
+    # 0.5–2.0), batch 32 (8 GPUs × 4 in its T and S configs; B and L: 8 × 2, pass
+    # --batch-size 16), 160k steps; evaluation at (2048, 1024) with sliding 1024² windows
+    # at stride 768.
     "segnext_cityscapes": SegmentationConfig(
         name="segnext_cityscapes", dataset="cityscapes", num_classes=19, backbone="mscan_t",
-        output_stride=8, crop_size=1024, batch_size=16, steps=160_000,
+        output_stride=8, crop_size=1024, batch_size=32, steps=160_000,
         context=SEGNEXT_CONTEXT, head_channels=None, optimizer="adamw", learning_rate=6e-5,
         weight_decay=0.01, power=1.0, warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE,
         scale_range=(0.5, 2.0), train_scale=(2048, 1024), cat_max_ratio=0.75,
