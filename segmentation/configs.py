@@ -14,6 +14,16 @@ EVAL_MODES = ("whole", "slide")
 # norm1..4) without weight decay ("pos_block" matches nothing in SegNeXt).
 SEGNEXT_PARAMWISE = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0},
                      "pos_block": {"decay_mult": 0.0}}
+# mmseg's SegNeXt recipe (the segnext_mscan-* configs): SegNeXt-T with the official
+# LightHamHead, AdamW 6e-5 with the parameter-wise options above, weight decay 0.01,
+# 1,500 linear warm-up steps then poly 1.0, 160k steps, RandomResize 0.5–2.0 of the
+# dataset's scale, RandomCrop with cat_max_ratio 0.75, flip and PhotoMetricDistortion.
+SEGNEXT_RECIPE = dict(
+    backbone="mscan_t", output_stride=8, steps=160_000, context=SEGNEXT_CONTEXT,
+    head_channels=None, optimizer="adamw", learning_rate=6e-5, weight_decay=0.01, power=1.0,
+    warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE, scale_range=(0.5, 2.0),
+    cat_max_ratio=0.75, photometric=True, train_split="train", eval_split="val",
+    checkpoint_every=2000)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,13 +264,8 @@ CONFIGS = {
     # RandomCrop with cat_max_ratio 0.75, flip and PhotoMetricDistortion; 160k steps;
     # evaluation at Resize((2048, 512), keep_ratio), whole image, label 0 ignored.
     "segnext_ade20k": SegmentationConfig(
-        name="segnext_ade20k", dataset="ade20k", num_classes=150, backbone="mscan_t",
-        output_stride=8, crop_size=512, batch_size=16, steps=160_000,
-        context=SEGNEXT_CONTEXT, head_channels=None, optimizer="adamw", learning_rate=6e-5,
-        weight_decay=0.01, power=1.0, warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE,
-        scale_range=(0.5, 2.0), train_scale=(2048, 512), cat_max_ratio=0.75,
-        photometric=True, train_split="train", eval_split="val", checkpoint_every=2000,
-        eval_resize=(2048, 512),
+        name="segnext_ade20k", dataset="ade20k", num_classes=150, crop_size=512, batch_size=16,
+        train_scale=(2048, 512), eval_resize=(2048, 512), **SEGNEXT_RECIPE,
     ),
     # SegNeXt on Cityscapes as the original repository's segnext.*.1024x1024.city.160k
     # (the same AdamW recipe; 19 classes): 1024² crops after Resize((2048, 1024),
@@ -268,13 +273,9 @@ CONFIGS = {
     # --batch-size 16), 160k steps; evaluation at (2048, 1024) with sliding 1024² windows
     # at stride 768.
     "segnext_cityscapes": SegmentationConfig(
-        name="segnext_cityscapes", dataset="cityscapes", num_classes=19, backbone="mscan_t",
-        output_stride=8, crop_size=1024, batch_size=32, steps=160_000,
-        context=SEGNEXT_CONTEXT, head_channels=None, optimizer="adamw", learning_rate=6e-5,
-        weight_decay=0.01, power=1.0, warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE,
-        scale_range=(0.5, 2.0), train_scale=(2048, 1024), cat_max_ratio=0.75,
-        photometric=True, train_split="train", eval_split="val", checkpoint_every=2000,
-        eval_resize=(2048, 1024), eval_mode="slide", eval_crop=1024, eval_stride=768,
+        name="segnext_cityscapes", dataset="cityscapes", num_classes=19, crop_size=1024,
+        batch_size=32, train_scale=(2048, 1024), eval_resize=(2048, 1024), eval_mode="slide",
+        eval_crop=1024, eval_stride=768, **SEGNEXT_RECIPE,
     ),
     # SegNeXt-T from scratch on the embedded digits_seg (the digits_seg data and
     # augmentation) with the SegNeXt optimiser recipe at a from-scratch learning rate

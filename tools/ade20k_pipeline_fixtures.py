@@ -28,10 +28,11 @@ import argparse
 import json
 import os
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
+
+from official_mmseg import install_mmcv_ext_stub
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "ade20k_pipeline"
@@ -47,24 +48,6 @@ IMAGES = {
     "at_scale": (512, 700),
     "panorama": (150, 2500),
 }
-
-
-def stub_mmcv_ops():
-    """mmcv-lite has no compiled ops: a stand-in ``mmcv._ext`` lets mmseg import (no op
-    of it is called here)."""
-    ext = types.ModuleType("mmcv._ext")
-
-    def missing(name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def fail(*args, **kwargs):
-            raise RuntimeError(f"mmcv._ext.{name} is not available (mmcv-lite)")
-
-        return fail
-
-    ext.__getattr__ = missing
-    sys.modules["mmcv._ext"] = ext
 
 
 def synthetic_image(height, width, rng):
@@ -92,7 +75,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    stub_mmcv_ops()
+    install_mmcv_ext_stub()
     import cv2
     import mmcv
     import mmengine

@@ -95,23 +95,7 @@ MSCAN_T_IMAGES_SHAPE = (1, 64, 64, 3)
 # Environment: mmseg imports mmcv's compiled ops, which mmcv-lite lacks.
 
 
-def install_mmcv_ext_stub():
-    if "mmcv._ext" in sys.modules:
-        return
-    ext = types.ModuleType("mmcv._ext")
-
-    def _getattr(name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def unavailable(*args, **kwargs):
-            raise RuntimeError(f"mmcv._ext.{name} is not available (stub)")
-
-        return unavailable
-
-    ext.__getattr__ = _getattr
-    sys.modules["mmcv._ext"] = ext
-
+from official_mmseg import install_mmcv_ext_stub  # noqa: E402
 
 install_mmcv_ext_stub()
 

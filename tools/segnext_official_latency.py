@@ -33,14 +33,23 @@ mmcv-lite has no compiled ops; ``mmcv._ext`` is stubbed (SegNeXt uses none of th
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-import types
 import warnings
+from pathlib import Path
+
+# kctx's CPU-load measurement, loaded by path: this environment has no Keras, which
+# importing the kctx package would need.
+_spec = importlib.util.spec_from_file_location(
+    "cpu_load", Path(__file__).resolve().parents[1] / "kctx" / "bench" / "cpu_load.py")
+_cpu_load = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cpu_load)
+cpu_jiffies, other_load = _cpu_load.cpu_jiffies, _cpu_load.other_load
 
 RESULT_MARKER = "SEGNEXT_OFFICIAL_RESULT "
 CONFIG = "segnext_mscan-{}_1xb16-adamw-160k_ade20k-512x512.py"
@@ -98,47 +107,10 @@ def module_kind(name, module):
     return "other"
 
 
-def _stub_mmcv_ext():
-    """mmcv-lite ships no ``mmcv._ext``; mmseg imports it (for ops SegNeXt never calls)."""
-    if "mmcv._ext" in sys.modules:
-        return
-    ext = types.ModuleType("mmcv._ext")
-
-    def missing(name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def unavailable(*args, **kwargs):
-            raise RuntimeError(f"mmcv._ext.{name} is not available (mmcv-lite)")
-
-        return unavailable
-
-    ext.__getattr__ = missing
-    sys.modules["mmcv._ext"] = ext
-
-
-def _cpu_busy():
-    """(busy jiffies of the whole machine, all jiffies, steal jiffies, this process's)."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    with open("/proc/self/stat") as f:
-        own = f.read().rsplit(")", 1)[1].split()
-    return (user + nice + system + irq + softirq, sum(fields[:8]), steal,
-            int(own[11]) + int(own[12]))
-
-
-def other_load(before, after):
-    """CPU share (% of all cores) used by other processes between two ``_cpu_busy()``."""
-    busy, total, steal, own = (b - a for a, b in zip(before, after))
-    if total <= 0:
-        return {"others_cpu_pct": None, "steal_pct": None}
-    return {"others_cpu_pct": round(100 * max(0, busy - own) / total, 1),
-            "steal_pct": round(100 * steal / total, 1)}
-
-
 def build(variant, num_classes):
-    _stub_mmcv_ext()
+    from official_mmseg import install_mmcv_ext_stub  # beside this script
+
+    install_mmcv_ext_stub()
     import mmseg
     from mmengine.config import Config
     from mmseg.registry import MODELS
@@ -199,13 +171,13 @@ def main(argv=None):
         for _ in range(args.warmup):
             infer(image)
         times = []
-        before = _cpu_busy()
+        before = cpu_jiffies()
         load_before = os.getloadavg()
         for _ in range(args.repeats):
             start = time.perf_counter()
             infer(image)
             times.append((time.perf_counter() - start) * 1e3)
-        after = _cpu_busy()
+        after = cpu_jiffies()
     result = {
         "variant": args.variant, "size": size, "num_classes": args.num_classes,
         "output_shape": list(output.shape), "params": int(params),

@@ -45,6 +45,7 @@ import textwrap
 import time
 
 from kctx.bench import output_path, positive_int, report
+from kctx.bench.cpu_load import cpu_jiffies, other_load
 
 VARIANTS = ("t", "s", "b", "l")
 RUNTIMES = ("keras", "keras_xla", "onnx", "litert")
@@ -67,26 +68,6 @@ _NOT_RUN = "not run"
 # ---------------------------------------------------------------------------
 
 
-def _cpu_busy():
-    """(busy jiffies of the machine, all jiffies, steal jiffies, this process's)."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    with open("/proc/self/stat") as f:
-        own = f.read().rsplit(")", 1)[1].split()
-    return (user + nice + system + irq + softirq, sum(fields[:8]), steal,
-            int(own[11]) + int(own[12]))
-
-
-def _other_load(before, after):
-    """Share of all cores (%) that other processes used between two ``_cpu_busy()``."""
-    busy, total, steal, own = (b - a for a, b in zip(before, after))
-    if total <= 0:
-        return {"others_cpu_pct": None, "steal_pct": None}
-    return {"others_cpu_pct": round(100 * max(0, busy - own) / total, 1),
-            "steal_pct": round(100 * steal / total, 1)}
-
-
 def _image(size, seed=0):
     import numpy as np
 
@@ -102,7 +83,7 @@ def _time(function, x, repeats, warmup):
     for _ in range(warmup):
         function(x)
     times = []
-    load_before, before = os.getloadavg(), _cpu_busy()
+    load_before, before = os.getloadavg(), cpu_jiffies()
     for _ in range(repeats):
         start = time.perf_counter()
         function(x)
@@ -110,7 +91,7 @@ def _time(function, x, repeats, warmup):
     return {"median_ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3),
             "times_ms": [round(t, 3) for t in times], "first_call_ms": round(first, 1),
             "loadavg_before": [round(v, 2) for v in load_before],
-            **_other_load(before, _cpu_busy())}
+            **other_load(before, cpu_jiffies())}
 
 
 def _limit_tensorflow_threads(threads):
