@@ -27,7 +27,6 @@ Deterministic: rerunning writes identical files.
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np

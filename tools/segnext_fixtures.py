@@ -46,7 +46,6 @@ import copy
 import io
 import json
 import math
-import os
 import re
 import subprocess
 import sys

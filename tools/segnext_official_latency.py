@@ -43,32 +43,24 @@ import time
 import warnings
 from pathlib import Path
 
-# kctx's CPU-load measurement, loaded by path: this environment has no Keras, which
-# importing the kctx package would need.
+# kctx.bench's CPU-load measurement and layer kinds, loaded by path: this environment has
+# no Keras, which importing the kctx package would need.
 _spec = importlib.util.spec_from_file_location(
-    "cpu_load", Path(__file__).resolve().parents[1] / "kctx" / "bench" / "cpu_load.py")
-_cpu_load = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_cpu_load)
-cpu_jiffies, other_load = _cpu_load.cpu_jiffies, _cpu_load.other_load
+    "standalone", Path(__file__).resolve().parents[1] / "kctx" / "bench" / "standalone.py")
+_standalone = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_standalone)
+cpu_jiffies, other_load = _standalone.cpu_jiffies, _standalone.other_load
+depthwise_kind = _standalone.depthwise_kind
+(CONV_1X1, CONV_3X3, ELEMENTWISE, LAYOUT, HEAD_RESIZE, HEAD_CONV, HEAD_NORM, HAMBURGER,
+ UPSAMPLE, OVERHEAD) = (getattr(_standalone, name) for name in (
+    "CONV_1X1", "CONV_3X3", "ELEMENTWISE", "LAYOUT", "HEAD_RESIZE", "HEAD_CONV", "HEAD_NORM",
+    "HAMBURGER", "UPSAMPLE", "OVERHEAD"))
 
 RESULT_MARKER = "SEGNEXT_OFFICIAL_RESULT "
 CONFIG = "segnext_mscan-{}_1xb16-adamw-160k_ade20k-512x512.py"
 MEAN = (123.675, 116.28, 103.53)
 STD = (58.395, 57.12, 57.375)
 SIZE_DIVISOR = 32
-# Layer kinds of --layer-profile: the names kctx.bench.segnext uses for its own profile
-# (tests/test_bench_segnext.py checks that they match).
-CONV_1X1, CONV_3X3 = "conv 1×1", "conv 3×3 (stem, patch embeds)"
-ELEMENTWISE = "element-wise (gate, layer scale, adds)"
-LAYOUT = "layout (flatten, permute, copies)"
-HEAD_RESIZE, HEAD_CONV = "head: resize + concat", "head: conv 1×1"
-HEAD_NORM, HAMBURGER = "head: GroupNorm + ReLU", "head: Hamburger (breads, NMF, GN)"
-UPSAMPLE = "logits upsampling, input normalisation"
-OVERHEAD = "outside the layers (runtime, output copy)"
-
-
-def depthwise_kind(height, width):
-    return f"depthwise {height}×{width}"
 
 
 def module_kind(name, module):

@@ -45,7 +45,9 @@ import textwrap
 import time
 
 from kctx.bench import output_path, positive_int, report
-from kctx.bench.cpu_load import cpu_jiffies, other_load
+from kctx.bench.standalone import (CONV_1X1, CONV_3X3, ELEMENTWISE, HAMBURGER, HEAD_CONV,
+                                   HEAD_NORM, HEAD_RESIZE, LAYOUT, OVERHEAD, UPSAMPLE,
+                                   cpu_jiffies, depthwise_kind, other_load)
 
 VARIANTS = ("t", "s", "b", "l")
 RUNTIMES = ("keras", "keras_xla", "onnx", "litert")
@@ -183,19 +185,6 @@ def artifact_latency(path, format, size=512, repeats=5, warmup=2, threads=2):
     return {**_time(function, _image(size), repeats, warmup), "threads": threads}
 
 
-# Layer kinds of the per-layer profile (``--layer-profile``), shared with
-# tools/segnext_official_latency.py (its ``--layer-profile``) so the two line up.
-CONV_1X1, CONV_3X3 = "conv 1×1", "conv 3×3 (stem, patch embeds)"
-ELEMENTWISE = "element-wise (gate, layer scale, adds)"
-LAYOUT = "layout (flatten, permute, copies)"
-HEAD_RESIZE, HEAD_CONV = "head: resize + concat", "head: conv 1×1"
-HEAD_NORM, HAMBURGER = "head: GroupNorm + ReLU", "head: Hamburger (breads, NMF, GN)"
-UPSAMPLE = "logits upsampling, input normalisation"
-OVERHEAD = "outside the layers (runtime, output copy)"
-
-
-def depthwise_kind(height, width):
-    return f"depthwise {height}×{width}"
 
 
 LAYER_KINDS = (

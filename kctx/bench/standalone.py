@@ -1,9 +1,27 @@
-"""How busy the other processes kept the machine while a benchmark timed something.
+"""What ``kctx.bench`` shares with the tool scripts that time the official models.
 
 Standard library only, so that a tool script in another virtual environment (without
-Keras) can load this file by its path (``tools/segnext_official_latency.py`` does) and
-report the same quantities as ``kctx.bench``.
+Keras) loads this file by its path (``tools/segnext_official_latency.py`` does) and
+reports the same quantities under the same names as ``kctx.bench``: how busy the other
+processes kept the machine while something was timed, and the layer kinds of SegNeXt's
+per-layer profile.
 """
+
+# Layer kinds of SegNeXt's per-layer profile (``--layer-profile`` of ``kctx.bench segnext``
+# and of tools/segnext_official_latency.py), so the two line up.
+CONV_1X1, CONV_3X3 = "conv 1×1", "conv 3×3 (stem, patch embeds)"
+ELEMENTWISE = "element-wise (gate, layer scale, adds)"
+LAYOUT = "layout (flatten, permute, copies)"
+HEAD_RESIZE, HEAD_CONV = "head: resize + concat", "head: conv 1×1"
+HEAD_NORM, HAMBURGER = "head: GroupNorm + ReLU", "head: Hamburger (breads, NMF, GN)"
+UPSAMPLE = "logits upsampling, input normalisation"
+OVERHEAD = "outside the layers (runtime, output copy)"
+
+
+def depthwise_kind(height, width):
+    """The layer kind of a depthwise convolution with a height × width kernel."""
+    return f"depthwise {height}×{width}"
+
 
 
 def cpu_jiffies():
