@@ -50,7 +50,9 @@ def _block_model(name):
     else:
         inputs = keras.Input((4, 4, 16))
         features = keras.layers.Conv2D(16, 1)(inputs)
-    return keras.Model(inputs, context_block(name)(features))
+    # SegNeXt's 32 groups need 32 channels; 16 have 4 groups of 4.
+    options = {"norm_groups": 4} if name == "ham_nmf_light" else {}
+    return keras.Model(inputs, context_block(name, **options)(features))
 
 
 @pytest.mark.parametrize("format", FORMATS)
@@ -293,6 +295,9 @@ def test_an_op_the_runtime_lacks_fails_the_export_naming_layer_and_op(format, tm
 
 
 def test_litert_quantization_shrinks_the_artifact_and_stays_close(tmp_path):
+    # Seeded weights: int8's error depends on them (seeds 0-5 gave 1.6-19% of the output's
+    # scale on one CPU), and an unseeded model took whatever the test order left.
+    keras.utils.set_random_seed(0)
     inputs = keras.Input((8, 8, 3))
     x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
     x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
