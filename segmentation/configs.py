@@ -46,7 +46,8 @@ class SegmentationConfig:
 
     Attributes:
         name: the config's name.
-        dataset: digits_seg (embedded), voc, ade20k, cityscapes (local directories),
+        dataset: digits_seg or digits_seg_large (embedded), voc, ade20k, cityscapes (local
+            directories),
             oxford_iiit_pet or scene_parse150 (TFDS).
         num_classes: classes of the dataset (label 255 is ignored).
         backbone: the dilated ResNet (kctx.models.dilated_resnet): resnet50, resnet101 or
@@ -224,6 +225,15 @@ CONFIGS = {
         output_stride=8, crop_size=64, batch_size=16, steps=1500, learning_rate=0.02,
         head_channels=128, scale_range=(0.75, 1.5), checkpoint_every=250,
     ),
+    # Larger objects: 1–3 digits of 48–96 px on 128×128 canvases (digits_seg_large), wider
+    # than the ResNet-tiny's effective receptive field at the head, whose map is 16×16
+    # (N = 256): the regime where a global-context block can matter. Batch 8 keeps a step
+    # at about twice digits_seg's cost.
+    "digits_seg_large": SegmentationConfig(
+        name="digits_seg_large", dataset="digits_seg_large", num_classes=11, image_size=128,
+        backbone="resnet_tiny", output_stride=8, crop_size=128, batch_size=8, steps=1500,
+        learning_rate=0.02, head_channels=128, scale_range=(0.75, 1.5), checkpoint_every=250,
+    ),
     # HamNet on PASCAL VOC (Appendix E.3): dilated ResNet-101 at output stride 8, crops
     # 513², batch 16, 60k steps, lr 0.009 poly, weight decay 1e-4, scales 0.5–2, the
     # 10,582-image train_aug set (VOC train + SBD), evaluated on the 1,449 val images.
@@ -287,6 +297,15 @@ CONFIGS = {
         context=SEGNEXT_CONTEXT, head_channels=None, optimizer="adamw", learning_rate=3e-3,
         weight_decay=0.01, power=1.0, warmup_steps=100, paramwise=SEGNEXT_PARAMWISE,
         scale_range=(0.75, 1.5), checkpoint_every=250,
+    ),
+    # SegNeXt-T from scratch on digits_seg_large (stage 2, the head's map: 16×16), as
+    # segnext_digits with digits_seg_large's canvases and batch.
+    "segnext_digits_large": SegmentationConfig(
+        name="segnext_digits_large", dataset="digits_seg_large", num_classes=11,
+        image_size=128, backbone="mscan_t", output_stride=8, crop_size=128, batch_size=8,
+        steps=1500, context=SEGNEXT_CONTEXT, head_channels=None, optimizer="adamw",
+        learning_rate=3e-3, weight_decay=0.01, power=1.0, warmup_steps=100,
+        paramwise=SEGNEXT_PARAMWISE, scale_range=(0.75, 1.5), checkpoint_every=250,
     ),
 }
 

@@ -5,7 +5,7 @@ light examples (arrays, file paths or still-encoded bytes, in a fixed order),
 their count and a ``decode`` function to (image float32 (H, W, 3) in [-1, 1],
 labels int32 (H, W) with 255 ignored). Registered datasets (:data:`DATASETS`):
 
-- ``digits_seg`` (embedded, below).
+- ``digits_seg`` and ``digits_seg_large`` (embedded, below).
 - ``voc``: PASCAL VOC 2012 from a local ``VOCdevkit`` (TFDS ``voc`` has no
   masks), splits ``train`` (1,464) / ``val`` (1,449) / ``trainval``, and
   ``train_aug`` (10,582) with the SBD annotations (``benchmark_RELEASE``
@@ -25,7 +25,10 @@ labels int32 (H, W) with 255 ignored). Registered datasets (:data:`DATASETS`):
 ``digits_seg`` is built from scikit-learn's real digit scans. Each 64×64
 canvas holds 2–4 digits pasted at random scales (12–28 px) and positions
 whose boxes do not overlap (a digit that finds no free place in 20 draws is
-left out).
+left out). ``digits_seg_large`` draws 2–4 digits of 48–96 px on 128×128 canvases
+(its configs set ``image_size=128``), of which 1–3 fit (1.14 on average on the test
+split, median side 71 px): objects larger than the effective receptive field of
+the ResNet-tiny backbone at the head (``python -m segmentation.receptive_field``).
 Its label map is 0 for background and d + 1 for a pixel of digit d (11
 classes). Pixels of intermediate intensity at the strokes' edges are labelled
 255 (ignored), as VOC marks object boundaries. Training canvases use the
@@ -57,7 +60,18 @@ def _scaled(digit, size):
     return np.clip(zoom(digit / 16.0, size / 8.0, order=1), 0.0, 1.0)
 
 
-def digits_seg(split="train", num_images=None, image_size=64, seed=0):
+# The embedded digit datasets: canvas layouts (digit sides in px, digits per canvas; the
+# canvas side is the config's image_size).
+DIGIT_LAYOUTS = {
+    "digits_seg": dict(digit_sizes=(12, 28), digit_counts=(2, 4)),
+    # Objects larger than the ResNet-tiny's effective receptive field at the head (128²
+    # canvases: python -m segmentation.receptive_field --config digits_seg_large).
+    "digits_seg_large": dict(digit_sizes=(48, 96), digit_counts=(2, 4)),
+}
+
+
+def digits_seg(split="train", num_images=None, image_size=64, seed=0, digit_sizes=(12, 28),
+               digit_counts=(2, 4), return_boxes=False):
     """Canvases of pasted digits with per-pixel labels.
 
     Args:
@@ -66,41 +80,55 @@ def digits_seg(split="train", num_images=None, image_size=64, seed=0):
         num_images: canvases to make (default per split).
         image_size: canvas side.
         seed: canvas i is drawn from ``numpy.random.default_rng((seed, split, i))``.
+        digit_sizes: (smallest, largest) side of a pasted digit, in pixels (capped at
+            ``image_size``).
+        digit_counts: (fewest, most) digits drawn per canvas (a digit that finds no
+            free place in 20 draws is left out).
+        return_boxes: also return each canvas's digit boxes.
 
     Returns:
         ``(images, labels)``: float32 (n, S, S, 3) in [-1, 1] (grey copied to
-        RGB) and uint8 (n, S, S) with values 0..10 and 255.
+        RGB) and uint8 (n, S, S) with values 0..10 and 255; with ``return_boxes``
+        also a list (per canvas) of ``(top, left, bottom, right, class)`` boxes.
     """
     if split not in DIGITS_SEG_SIZES:
         raise ValueError(f"`split` must be 'train' or 'test'. Received: split={split!r}")
+    low, high = (int(v) for v in digit_sizes)
+    fewest, most = (int(v) for v in digit_counts)
+    if not (1 <= low <= high and 1 <= fewest <= most):
+        raise ValueError("`digit_sizes` and `digit_counts` must be (low, high) with "
+                         f"1 <= low <= high. Received: digit_sizes={digit_sizes!r}, "
+                         f"digit_counts={digit_counts!r}")
     count = DIGITS_SEG_SIZES[split] if num_images is None else int(num_images)
     scans, classes = digits(split, image_size=8)
     scans = (scans[..., 0] + 1.0) * 8.0  # back to the 0..16 scale of the originals
     images = np.zeros((count, image_size, image_size), np.float32)
     labels = np.zeros((count, image_size, image_size), np.uint8)
     split_key = 0 if split == "train" else 1
+    all_boxes = []
     for i in range(count):
         rng = np.random.default_rng((seed, split_key, i))
         boxes = []
-        for _ in range(rng.integers(2, 5)):
+        for _ in range(rng.integers(fewest, most + 1)):
             index = rng.integers(len(scans))
-            size = int(rng.integers(12, min(28, image_size) + 1))
+            size = int(rng.integers(min(low, image_size), min(high, image_size) + 1))
             for _ in range(_PLACEMENT_TRIES):
                 top, left = (int(v) for v in rng.integers(0, image_size - size + 1, size=2))
                 if all(top >= b + 1 or top + size + 1 <= t or left >= r + 1 or
-                       left + size + 1 <= l for t, l, b, r in boxes):
+                       left + size + 1 <= l for t, l, b, r, _ in boxes):
                     break
             else:
                 continue
-            boxes.append((top, left, top + size, left + size))
+            boxes.append((top, left, top + size, left + size, int(classes[index])))
             glyph = _scaled(scans[index], size)
             window = np.s_[top:top + size, left:left + size]
             images[i][window] = np.maximum(images[i][window], glyph)
             label = labels[i][window]
             label[(glyph >= _EDGE) & (label == 0)] = IGNORE_LABEL
             label[glyph >= _STROKE] = classes[index] + 1
-    images = np.repeat(images[..., None] * 2.0 - 1.0, 3, axis=-1)
-    return images.astype(np.float32), labels
+        all_boxes.append(boxes)
+    images = np.repeat(images[..., None] * 2.0 - 1.0, 3, axis=-1).astype(np.float32)
+    return (images, labels, all_boxes) if return_boxes else (images, labels)
 
 
 def keep_ratio_size(height, width, scale, ratio=1.0):
@@ -619,10 +647,11 @@ def _scene_parse150(split, data_dir=None, manual_dir=None, download=False):
     return Split(examples, count, decode)
 
 
-def _digits_seg(split, image_size=64, num_images=None, **_):
+def _digits_seg(split, image_size=64, num_images=None, layout="digits_seg", **_):
     import tensorflow as tf
 
-    images, labels = digits_seg(split, num_images=num_images, image_size=image_size)
+    images, labels = digits_seg(split, num_images=num_images, image_size=image_size,
+                                **DIGIT_LAYOUTS[layout])
     indices, lookup = array_examples({"image": images, "label": labels})
 
     def decode(index):
@@ -635,6 +664,8 @@ def _digits_seg(split, image_size=64, num_images=None, **_):
 # name → (loader, number of classes, where its data comes from).
 DATASETS = {
     "digits_seg": (_digits_seg, DIGITS_SEG_CLASSES, "embedded (scikit-learn digits)"),
+    "digits_seg_large": (_digits_seg, DIGITS_SEG_CLASSES,
+                         "embedded (scikit-learn digits, 48–96 px on 128² canvases)"),
     "voc": (_voc, 21, "local VOCdevkit (+ SBD)"),
     "ade20k": (_ade20k, ADE20K_CLASSES, "local ADEChallengeData2016"),
     "cityscapes": (_cityscapes, CITYSCAPES_CLASSES, "local cityscapes (leftImg8bit, gtFine)"),
@@ -658,8 +689,9 @@ def load_split(config, split, data_dir=None, manual_dir=None, download=False, nu
         raise ValueError(f"Unknown `dataset`: expected one of {sorted(DATASETS)}. "
                          f"Received: {config.dataset!r}")
     loader = DATASETS[config.dataset][0]
-    if config.dataset == "digits_seg":
-        return loader(split, image_size=config.image_size, num_images=num_images)
+    if config.dataset in DIGIT_LAYOUTS:
+        return loader(split, image_size=config.image_size, num_images=num_images,
+                      layout=config.dataset)
     source = loader(split, data_dir=data_dir, manual_dir=manual_dir, download=download)
     if num_images is not None and num_images < source.num_examples:
         source = source._replace(examples=source.examples.take(num_images),

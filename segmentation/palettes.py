@@ -82,6 +82,7 @@ PETS_CLASS_NAMES = ("background", "pet")
 
 CLASS_NAMES = {"ade20k": ADE20K_CLASS_NAMES, "cityscapes": CITYSCAPES_CLASS_NAMES,
                "voc": VOC_CLASS_NAMES, "digits_seg": DIGITS_SEG_CLASS_NAMES,
+               "digits_seg_large": DIGITS_SEG_CLASS_NAMES,
                "oxford_iiit_pet": PETS_CLASS_NAMES}
 PALETTES = {"ade20k": ADE20K_PALETTE, "cityscapes": CITYSCAPES_PALETTE}
 

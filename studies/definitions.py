@@ -12,30 +12,95 @@ from studies.study import Arm, Evaluation, Metric, Study
 PARAMS = Metric("params", "params", "results.json", "params", digits=0)
 STEP_TIME = Metric("seconds_per_step", "s/step", "timing.json", "seconds_per_step", digits=3)
 
-SEGMENTATION_HEADS = ("ham_nmf", "ham_cd", "ham_vq", "aspp", "self_attention", "poly_nl",
-                      "kao_kv", "none")
-
 SEGMENTATION_METRICS = (
     Metric("miou", "mIoU", "results.json", "miou", better="higher"),
     Metric("miou_ms_flip", "mIoU ms+flip", "evaluation-ms_flip.json", "miou", better="higher"),
     Metric("pixel_accuracy", "pixel acc.", "results.json", "pixel_accuracy", better="higher"),
     PARAMS, STEP_TIME,
 )
+MS_FLIP = Evaluation("ms_flip", {"eval_multi_scale": True, "eval_flip": True})
+
+
+def like_for_like_heads(rank):
+    """The context-block arms of the segmentation head studies, like for like.
+
+    Self-attention (γ = 0), Poly-NL (β = 0) and KAO_KV (σ = 0) start as the identity.
+    The Hamburgers are run in their official forms (kctx.layers.OFFICIAL_VARIANTS, each
+    ending with ReLU(Z + ·), which is the identity on the head's post-ReLU features when
+    the branch is zero) with r = ``rank`` ≪ N and the head's batch-norm momentum 0.9
+    (the official BN_MOM = 3e-4, i.e. 0.9997, is for 60k-step runs: after 1,000 steps
+    its moving statistics would still be a third of the initial ones); they start with
+    a full-variance branch, as published, and ``ham_v2_zero`` is V2 with V2+'s
+    ZERO_HAM (σ = 0), the Hamburger that starts as the identity. ``ham_nmf`` is kctx's
+    block as the earlier study ran it (its segmentation recipe: r = 64, momentum 0.99,
+    the relative guard), with the final ReLU. ASPP replaces the whole head and cannot
+    start as the identity; ``none`` is the head's two convolutions alone.
+    """
+    official = {"rank": rank, "norm_momentum": 0.9}
+    return (
+        Arm("none", {"context": "none"}),
+        Arm("ham_nmf", {"context": "ham_nmf"}),
+        Arm("ham_v1", {"context": "ham_nmf_v1", "context_options": official}),
+        Arm("ham_v2", {"context": "ham_nmf_v2", "context_options": official}),
+        Arm("ham_v2_zero", {"context": "ham_nmf_v2",
+                            "context_options": {**official, "residual_scale_init": 0.0}}),
+        Arm("ham_light", {"context": "ham_nmf_light", "context_options": {"rank": rank}}),
+        Arm("self_attention", {"context": "self_attention"}),
+        Arm("poly_nl", {"context": "poly_nl"}),
+        Arm("kao_kv", {"context": "kao_kv"}),
+        Arm("aspp", {"context": "aspp"}),
+    )
+
 
 SEGMENTATION_DIGITS = Study(
     name="segmentation-digits", workflow="segmentation", config="digits_seg",
-    arms=tuple(Arm(head, {"context": head}) for head in SEGMENTATION_HEADS),
-    baseline="ham_nmf", seeds=(0, 1, 2, 3, 4),
+    arms=like_for_like_heads(rank=8),
+    baseline="none", seeds=(0, 1, 2, 3, 4),
     overrides={"steps": 1000, "prediction_images": 0},
-    evaluations=(Evaluation("ms_flip", {"eval_multi_scale": True, "eval_flip": True}),),
+    evaluations=(MS_FLIP,),
     metrics=SEGMENTATION_METRICS,
     description="""
 Which head for HamNet-style segmentation on the embedded digits_seg canvases? HamNet
 (Geng et al., ICLR 2021, Tab. 2-3) reports that the Ham head (NMF, and CD/VQ close
 behind) beats DeepLabV3's ASPP and attention heads at lower cost. Every arm is the
-digits_seg segmenter (tiny dilated ResNet, 128-wide head) with a different context
-block between the head's convolutions (`none`: the two convolutions alone), scored
-single-scale and with multi-scale + flip inference on the 300 test canvases.
+digits_seg segmenter (ResNet-tiny at output stride 8, a 128-wide head) with a different
+context block between the head's convolutions, like for like: the attention blocks
+start as the identity; the Hamburgers run in their official forms (V1, V2, SegNeXt's
+LightHam, and V2 with a zero-initialised branch, which starts as the identity), with
+r = 8 for the head map's N = 64 positions (8×8; r ≪ N as the papers choose it: HamNet
+r = 64 at N = 4,225, SegNeXt r = 16 at N = 4,096) and the head's batch-norm momentum;
+`ham_nmf` is kctx's block as the earlier study ran it (r = 64). `none` (the head's two
+convolutions alone) is the baseline. Scored single-scale and with multi-scale + flip
+inference on the 300 test canvases. Here the objects (12-28 px) lie within the
+backbone's receptive field at the head: no block is expected to help much.
+""",
+)
+
+SEGMENTATION_LARGE = Study(
+    name="segmentation-large", workflow="segmentation", config="digits_seg_large",
+    arms=like_for_like_heads(rank=16) + (
+        Arm("segnext", {}, config="segnext_digits_large", baseline="segnext_none",
+            label="SegNeXt-T"),
+        Arm("segnext_none", {"context": "none"}, config="segnext_digits_large",
+            label="SegNeXt-T, no Hamburger")),
+    baseline="none", seeds=(0, 1, 2, 3, 4),
+    overrides={"steps": 1000, "prediction_images": 0},
+    evaluations=(MS_FLIP,),
+    metrics=SEGMENTATION_METRICS,
+    description="""
+The segmentation heads where global context can matter: digits_seg_large's 1-3 digits of
+48-96 px on 128×128 canvases are larger than the ResNet-tiny backbone's effective
+receptive field at the head (`python -m segmentation.receptive_field --config
+digits_seg_large`: every digit is wider than the square holding 90% of the backbone
+output's input gradient, 43 px; 78% wider than the context block input's, 55 px; the
+theoretical receptive fields, 75 and 91 px, cover most of them), and the head's map is
+16×16 (N = 256). The arms are
+segmentation-digits' like-for-like heads with r = 16 (≪ N), plus SegNeXt-T (MSCAN-T
+from scratch with the official LightHamHead; segnext_digits_large's AdamW recipe) and
+SegNeXt-T with its Hamburger replaced by `none`, the SegNeXt paper's decoder ablation
+(compared with each other). 1,000 steps of batch 8; scored single-scale and with
+multi-scale + flip on the 300 test canvases. A ResNet cell takes about 250 s and a
+SegNeXt cell about 10 minutes single-threaded, so 5 seeds fit.
 """,
 )
 
@@ -179,7 +244,7 @@ numbers mean nothing about the heads.
 )
 
 STUDIES = {study.name: study for study in (
-    SEGMENTATION_DIGITS, HAMBURGER_ABLATIONS, CLASSIFICATION_DIGITS, GAN_DIGITS, SEQUENCE_ADDING, SMOKE)}
+    SEGMENTATION_DIGITS, SEGMENTATION_LARGE, HAMBURGER_ABLATIONS, CLASSIFICATION_DIGITS, GAN_DIGITS, SEQUENCE_ADDING, SMOKE)}
 
 
 def get_study(name):

@@ -6,8 +6,9 @@ import pytest
 
 from kctx.layers import context_block_names
 from kctx.testing import mirrored_strategy
-from segmentation.data import DIGITS_SEG_CLASSES, IGNORE_LABEL, digits_seg
 from kctx.models import dilated_resnet
+from segmentation.configs import get_config
+from segmentation.data import DIGITS_SEG_CLASSES, IGNORE_LABEL, digits_seg, load_split
 from segmentation.models import ResizeToMatch, segmenter
 
 
@@ -33,6 +34,31 @@ def test_digits_seg_labels_match_the_pixels():
     assert not np.array_equal(test_images, images[:5])
     with pytest.raises(ValueError, match="`split` must be 'train' or 'test'. Received: split='a"):
         digits_seg("all")
+
+
+def test_digits_seg_large_has_large_digits_and_its_boxes():
+    """digits_seg_large (the config's layout): 1-3 digits of 48-96 px on 128² canvases; the
+    boxes returned are those drawn, and each digit's pixels lie in its box."""
+    from segmentation.data import DIGIT_LAYOUTS
+
+    config = get_config("digits_seg_large")
+    images, labels, boxes = digits_seg("test", num_images=20, image_size=config.image_size,
+                                       return_boxes=True, **DIGIT_LAYOUTS[config.dataset])
+    assert images.shape == (20, 128, 128, 3) and len(boxes) == 20
+    assert all(1 <= len(canvas) <= 3 for canvas in boxes)
+    for canvas_labels, canvas in zip(labels, boxes):
+        inside = np.zeros(canvas_labels.shape, bool)
+        for top, left, bottom, right, digit in canvas:
+            assert 48 <= bottom - top == right - left <= 96
+            inside[top:bottom, left:right] = True
+            window = canvas_labels[top:bottom, left:right]
+            assert (window == digit + 1).any()
+        assert not ((canvas_labels > 0) & (canvas_labels != IGNORE_LABEL) & ~inside).any()
+    split = load_split(config, "test", num_images=3)
+    image, label = split.decode(0)
+    np.testing.assert_array_equal(label.numpy(), labels[0])
+    with pytest.raises(ValueError, match="digit_sizes=\\(0, 10\\)"):
+        digits_seg("test", num_images=1, digit_sizes=(0, 10))
 
 
 def test_backbones_are_kctx_dilated_resnets():
@@ -101,7 +127,6 @@ def test_synchronized_batch_norm_step_on_two_replicas():
 
 
 def test_poly_learning_rate():
-    from segmentation.configs import get_config
     from segmentation.workflow import poly_schedule
 
     config = get_config("digits_seg", steps=100, learning_rate=0.009)

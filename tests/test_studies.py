@@ -340,7 +340,8 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
     assert "mIoU K=1" not in summary
 
 
-@pytest.mark.parametrize("name", ["segmentation-digits", "hamburger-ablations"])
+@pytest.mark.parametrize("name", ["segmentation-digits", "segmentation-large",
+                                  "hamburger-ablations"])
 def test_every_segmentation_arm_builds_and_runs(name):
     """The arms' context options are valid arguments of their blocks."""
     from segmentation.workflow import WORKFLOW, build_model
