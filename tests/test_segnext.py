@@ -230,6 +230,28 @@ def test_another_context_block_in_the_light_ham_head():
     assert attention.predict(images, verbose=0).shape == (1, 40, 40, 7)
 
 
+def test_segnext_layers_meet_the_layer_standards():
+    from kctx.models.segnext import LayerScale, PadToMultiple, UpsampleLogits
+    from kctx.testing import run_layer_test
+
+    run_layer_test(LayerScale, {"init_value": 0.3}, (2, 5, 6, 4),
+                   expected_num_trainable_weights=1)
+    run_layer_test(PadToMultiple, {"size_divisor": 8}, (2, 5, 9, 3),
+                   expected_output_shape=(2, 8, 16, 3), run_training=False)
+    x = np.arange(2 * 5 * 9 * 3, dtype=np.float32).reshape(2, 5, 9, 3)
+    padded = keras.ops.convert_to_numpy(PadToMultiple(8)(x))
+    np.testing.assert_array_equal(padded[:, :5, :9], x)
+    assert not padded[:, 5:].any() and not padded[:, :, 9:].any()
+    # Logits of the padded 8×16 input at 1/4: resized to 8×16, cropped to 5×9, as a
+    # bilinear resize of the full map followed by the crop.
+    logits = np.random.default_rng(0).standard_normal((2, 2, 4, 7)).astype(np.float32)
+    layer = UpsampleLogits(8)
+    got = keras.ops.convert_to_numpy(layer([logits, x]))
+    full = keras.ops.convert_to_numpy(keras.ops.image.resize(logits, (8, 16)))
+    np.testing.assert_allclose(got, full[:, :5, :9], rtol=1e-6, atol=1e-6)
+    assert UpsampleLogits.from_config(layer.get_config()).size_divisor == 8
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(variant="xl"), "variant='xl'"),
     (dict(variant=None), "needs `channels` and `ham_channels`"),

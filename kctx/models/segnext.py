@@ -75,8 +75,8 @@ class LayerScale(keras.layers.Layer):
 
     Example:
 
-    >>> LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3)))[0, 0, 0]
-    <tf.Tensor: shape=(3,), dtype=float32, numpy=array([0.5, 0.5, 0.5], dtype=float32)>
+    >>> keras.ops.convert_to_numpy(LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3))))[0, 0, 0]
+    array([0.5, 0.5, 0.5], dtype=float32)
 
     Reference:
         Touvron et al., "Going deeper with Image Transformers", ICCV 2021.
