@@ -7,11 +7,20 @@ step then a G step, both Adam updates) of the ``imagenet128_hamgan_baby``
 architecture with ``none``, ``ham_nmf`` and ``self_attention`` in one process,
 interleaving the timed steps so that machine noise hits all three alike, and
 prints the overhead over ``none``.
+
+The step runs on the Keras backend of the process: TensorFlow's ``train_step`` in a
+``tf.function`` (``--jit-compile`` for XLA), or on JAX the stateless step
+``jax.jit`` compiles (XLA always), as ``fit`` runs them. ``--backends tensorflow jax``
+times each backend in its own process, one after the other, into one table.
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import keras
@@ -36,16 +45,37 @@ def _batch(config, batch_size, seed=0):
     }
 
 
+def _step_function(gan, batch, jit_compile):
+    """``step(batch)``: one train step that returns when its results are computed."""
+    if keras.backend.backend() != "jax":
+        return tf.function(gan.train_step, jit_compile=jit_compile)
+    import jax
+
+    state = [tuple(variable.value for variable in variables) for variables in (
+        gan.trainable_variables, gan.non_trainable_variables, gan.optimizer.variables,
+        gan.metrics_variables)]
+    jitted = jax.jit(gan.train_step, donate_argnums=0)  # as Keras's JAX trainer runs it
+
+    def step(batch):
+        logs, state[:] = jitted(tuple(state), batch)
+        jax.block_until_ready(logs)
+        return logs
+
+    return step
+
+
 def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_size=4, repeats=5,
                   warmup=2, jit_compile=False, seed=0, log=print):
     """Median train-step time per context; rows as dicts (``overhead_vs_none`` in %)."""
     config = get_config(config, batch_size=batch_size)
     batch = _batch(config, batch_size, seed)
+    if keras.backend.backend() == "jax":
+        batch = {key: value.numpy() for key, value in batch.items()}
     steps, rows = {}, {}
     for context in contexts:
         keras.utils.set_random_seed(seed)
         gan = build_gan(config, context)
-        step = tf.function(gan.train_step, jit_compile=jit_compile)
+        step = _step_function(gan, batch, jit_compile)
         start = time.perf_counter()
         step(batch)
         compile_s = time.perf_counter() - start
@@ -54,6 +84,8 @@ def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_siz
         steps[context] = step
         rows[context] = {
             "context": context, "config": config.name, "batch_size": batch_size,
+            "backend": keras.backend.backend(),
+            "jit_compile": bool(jit_compile or keras.backend.backend() == "jax"),
             "g_params": int(gan.generator.count_params()),
             "d_params": int(gan.discriminator.count_params()),
             "first_step_s": round(compile_s, 2), "times_ms": [],
@@ -75,19 +107,49 @@ def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_siz
 
 
 def format_table(rows):
-    header = f"{'Context':<16} {'G params':>12} {'D params':>12} {'Step ms':>9} {'vs none':>8}"
+    header = (f"{'Backend':<11} {'Context':<16} {'G params':>12} {'D params':>12} "
+              f"{'Step ms':>9} {'vs none':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         overhead = r.get("overhead_vs_none")
         lines.append(
-            f"{r['context']:<16} {r['g_params']:>12,d} {r['d_params']:>12,d} "
-            f"{r['step_ms']:>9.0f} {'' if overhead is None else f'{overhead:+.1f}%':>8}")
+            f"{r.get('backend', 'tensorflow'):<11} {r['context']:<16} {r['g_params']:>12,d} "
+            f"{r['d_params']:>12,d} {r['step_ms']:>9.0f} "
+            f"{'' if overhead is None else f'{overhead:+.1f}%':>8}")
     lines.append("")
     lines.append(
         f"One train_step (D step + G step, Adam) of {rows[0]['config']} at batch "
         f"{rows[0]['batch_size']}, median of {len(rows[0]['times_ms'])} interleaved runs. "
         "Paper (TPU): HamGAN +7% over no context block, under half of attention's overhead.")
     return "\n".join(lines)
+
+
+def _other_backends(backends, argv):
+    """Rows of ``python -m gan.bench ARGV`` run with each of ``backends`` in its own
+    process (KERAS_BACKEND), in order."""
+    rows = []
+    for backend in backends:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "rows.json")
+            subprocess.run([sys.executable, "-m", "gan.bench", *argv, "--json", path],
+                           env={**os.environ, "KERAS_BACKEND": backend}, check=True)
+            with open(path) as file:
+                rows += json.load(file)
+    return rows
+
+
+def _without_options(argv, options):
+    """``argv`` without the given options and their values."""
+    kept, skipping = [], False
+    for item in argv:
+        if item.startswith("--"):
+            skipping = item.split("=")[0] in options
+            if skipping:
+                continue
+        elif skipping:
+            continue
+        kept.append(item)
+    return kept
 
 
 def main(argv=None):
@@ -101,9 +163,17 @@ def main(argv=None):
                         help="untimed steps (incl. tracing; at least 1)")
     parser.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
     parser.add_argument("--json", type=output_path, help="write the rows to this JSON file")
+    parser.add_argument("--backends", nargs="+", choices=("tensorflow", "jax"),
+                        help="time each Keras backend in its own process, into one table "
+                             "(default: this process's backend)")
     args = parser.parse_args(argv)
-    rows = run_gan_bench(args.config, args.contexts, args.batch_size, args.repeats,
-                         args.warmup, args.jit_compile)
+    if args.backends:
+        forwarded = [item for item in (argv if argv is not None else sys.argv[1:])]
+        forwarded = _without_options(forwarded, ("--backends", "--json"))
+        rows = _other_backends(args.backends, forwarded)
+    else:
+        rows = run_gan_bench(args.config, args.contexts, args.batch_size, args.repeats,
+                             args.warmup, args.jit_compile)
     report(rows, format_table(rows), args.json)
     return 0
 

@@ -1,8 +1,11 @@
-"""A class-conditional GAN trained with ``fit`` under any tf.distribute strategy."""
+"""A class-conditional GAN trained with ``fit``: under any tf.distribute strategy on
+TensorFlow, and on JAX with Keras's stateless training API (under ``keras.distribution``)."""
 
 import keras
 import tensorflow as tf
 from keras import ops
+
+from kctx.training.optimizers import OptimizerGroup
 
 
 def hinge_discriminator_loss(real_scores, fake_scores):
@@ -22,9 +25,17 @@ class ConditionalGAN(keras.Model):
     Batches are dicts ``{"images", "labels", "z_d", "labels_d", "z_g", "labels_g"}``:
     the latent noise and the sampled class labels come with the data (see
     ``gan.data.with_noise``), so a step is the same function of the global
-    batch on 1 or N replicas. Losses are per-replica means divided by the
-    number of replicas in sync, so the all-reduced gradients are those of the
-    global-batch mean (hand-written losses are not scaled by Keras).
+    batch on 1 or N replicas. On TensorFlow, losses are per-replica means
+    divided by the number of replicas in sync, so the all-reduced gradients
+    are those of the global-batch mean (hand-written losses are not scaled by
+    Keras). On JAX the step is one stateless function of the model's state
+    and the global batch (``stateless_call``, ``jax.value_and_grad``,
+    ``optimizer.stateless_apply``), jitted by ``fit``: under
+    ``keras.distribution.DataParallel`` XLA splits it over the devices, and
+    means over the batch (the losses, batch-norm moments) are global ones.
+    Both optimizers are ``model.optimizer`` (an
+    :class:`kctx.training.optimizers.OptimizerGroup`), so ``fit`` carries both
+    states on JAX.
 
     Args:
         generator: ``keras.Model`` mapping ``[z, labels]`` to images.
@@ -66,12 +77,16 @@ class ConditionalGAN(keras.Model):
                 self.d_fake_tracker]
 
     def compile(self, g_optimizer, d_optimizer, **kwargs):
-        """Store both optimizers and build their state now (in the strategy scope)."""
+        """Store both optimizers, build their state now (in the strategy scope) and
+        group them as ``self.optimizer``."""
         super().compile(**kwargs)
         self.g_optimizer = g_optimizer
         self.d_optimizer = d_optimizer
         self.g_optimizer.build(self.generator.trainable_variables)
         self.d_optimizer.build(self.discriminator.trainable_variables)
+        self.optimizer = OptimizerGroup([
+            (self.g_optimizer, self.generator.trainable_variables),
+            (self.d_optimizer, self.discriminator.trainable_variables)])
 
     def call(self, inputs, training=False):
         """Generate images from ``[z, labels]``, ``{"z", "labels"}`` or a training
@@ -121,7 +136,12 @@ class ConditionalGAN(keras.Model):
             else:
                 ema.assign(weight)
 
-    def train_step(self, data):
+    def train_step(self, *args):
+        """One D step (or ``d_steps``) then one G step: ``train_step(data)`` on
+        TensorFlow, ``train_step(state, data)`` on JAX (:meth:`stateless_train_step`)."""
+        if keras.backend.backend() == "jax":
+            return self.stateless_train_step(*args)
+        (data,) = args
         images, labels = data["images"], data["labels"]
         for _ in range(self.d_steps):
             d_loss, d_real, d_fake = self._discriminator_step(
@@ -135,6 +155,92 @@ class ConditionalGAN(keras.Model):
         self.d_real_tracker.update_state(d_real)
         self.d_fake_tracker.update_state(d_fake)
         return {m.name: m.result() for m in self.metrics}
+
+    def stateless_train_step(self, state, data):
+        """The train step as a pure function (JAX): ``(logs, new state)`` of ``state``
+        (``fit``'s trainable, non-trainable, optimizer and metric values) and a batch.
+
+        The same updates as the TensorFlow step, in the same order: the D step
+        generates its fakes with G in training mode (batch-norm statistics and SN
+        vectors of G move), scores real then fake images (D's SN vectors move at
+        each call), and Adam-updates D; the G step scores G's fakes with the
+        updated D and Adam-updates G; then the EMA of G.
+        """
+        import jax
+
+        trainable, non_trainable, optimizer_values, metric_values = state
+        values = {id(v): x for v, x in zip(self.trainable_variables, trainable)}
+        values.update({id(v): x for v, x in zip(self.non_trainable_variables, non_trainable)})
+
+        def get(variables):
+            return [values[id(v)] for v in variables]
+
+        def put(variables, new):
+            values.update(zip(map(id, variables), new))
+
+        generator, discriminator = self.generator, self.discriminator
+        g_values, d_values = self.optimizer.split(optimizer_values)
+        images, labels = data["images"], data["labels"]
+
+        def d_loss(d_trainable, d_non_trainable, fake, fake_labels):
+            real_scores, d_non_trainable = discriminator.stateless_call(
+                d_trainable, d_non_trainable, [images, labels], training=True)
+            fake_scores, d_non_trainable = discriminator.stateless_call(
+                d_trainable, d_non_trainable, [fake, fake_labels], training=True)
+            loss = hinge_discriminator_loss(real_scores, fake_scores)
+            return loss, (d_non_trainable, ops.mean(real_scores), ops.mean(fake_scores))
+
+        for _ in range(self.d_steps):
+            fake, g_non_trainable = generator.stateless_call(
+                get(generator.trainable_variables), get(generator.non_trainable_variables),
+                [data["z_d"], data["labels_d"]], training=True)
+            put(generator.non_trainable_variables, g_non_trainable)
+            d_trainable = get(discriminator.trainable_variables)
+            (d_loss_value, (d_non_trainable, d_real, d_fake)), grads = jax.value_and_grad(
+                d_loss, has_aux=True)(d_trainable, get(discriminator.non_trainable_variables),
+                                      fake, data["labels_d"])
+            put(discriminator.non_trainable_variables, d_non_trainable)
+            d_trainable, d_values = self.d_optimizer.stateless_apply(d_values, grads,
+                                                                     d_trainable)
+            put(discriminator.trainable_variables, d_trainable)
+
+        def g_loss(g_trainable, g_non_trainable, d_non_trainable):
+            fake, g_non_trainable = generator.stateless_call(
+                g_trainable, g_non_trainable, [data["z_g"], data["labels_g"]], training=True)
+            scores, d_non_trainable = discriminator.stateless_call(
+                get(discriminator.trainable_variables), d_non_trainable,
+                [fake, data["labels_g"]], training=True)
+            return hinge_generator_loss(scores), (g_non_trainable, d_non_trainable)
+
+        g_trainable = get(generator.trainable_variables)
+        (g_loss_value, (g_non_trainable, d_non_trainable)), grads = jax.value_and_grad(
+            g_loss, has_aux=True)(g_trainable, get(generator.non_trainable_variables),
+                                  get(discriminator.non_trainable_variables))
+        put(generator.non_trainable_variables, g_non_trainable)
+        put(discriminator.non_trainable_variables, d_non_trainable)
+        g_trainable, g_values = self.g_optimizer.stateless_apply(g_values, grads, g_trainable)
+        put(generator.trainable_variables, g_trainable)
+
+        if self.ema_generator is not None:
+            iterations = g_values[[id(v) for v in self.g_optimizer.variables].index(
+                id(self.g_optimizer.iterations))]
+            decay = ops.cast(iterations > self.ema_start, "float32") * self.ema_decay
+            for ema, weight in zip(self.ema_generator.variables, generator.variables):
+                if weight.trainable:
+                    put([ema], [decay * values[id(ema)] + (1.0 - decay) * values[id(weight)]])
+                else:
+                    put([ema], [values[id(weight)]])
+
+        logs, new_metric_values, start = {}, [], 0
+        for metric, value in zip(self.metrics, (d_loss_value, g_loss_value, d_real, d_fake)):
+            count = len(metric.variables)
+            updated = metric.stateless_update_state(metric_values[start:start + count], value)
+            logs[metric.name] = metric.stateless_result(updated)
+            new_metric_values += list(updated)
+            start += count
+        state = (get(self.trainable_variables), get(self.non_trainable_variables),
+                 g_values + d_values, new_metric_values)
+        return logs, state
 
     def get_config(self):
         return {

@@ -22,7 +22,7 @@ def sample_grid(generator, config, path, seed=0, per_class=10):
     classes = min(config.num_classes, 10)
     z = tf.random.stateless_normal((per_class * classes, config.latent_dim), [seed, 17])
     labels = tf.tile(tf.range(classes, dtype=tf.int32), [per_class])
-    images = keras.ops.convert_to_numpy(generator([z, labels], training=False))
+    images = keras.ops.convert_to_numpy(generator([z.numpy(), labels.numpy()], training=False))
     images = ((images + 1.0) * 127.5).clip(0, 255).astype("uint8")
     size, channels = config.resolution, config.image_channels
     grid = images.reshape(per_class, classes, size, size, channels)
@@ -101,13 +101,21 @@ def evaluate_generator(generator, config, num_samples=50_000, seed=0, batch_size
                                      data_dir, manual_dir, download):
         metric.update_state(images, None)
 
-    @tf.function
-    def sample(step, n):
+    def noise(step, n):
         keys = tf.random.experimental.stateless_split(
             tf.stack([tf.cast(seed, tf.int64), tf.cast(1000 + step, tf.int64)]), 2)
         z = tf.random.stateless_normal((n, config.latent_dim), keys[0])
         labels = tf.random.stateless_uniform((n,), keys[1], 0, config.num_classes, tf.int32)
-        return generator([z, labels], training=False)
+        return z, labels
+
+    if keras.backend.backend() == "tensorflow":
+        @tf.function
+        def sample(step, n):
+            return generator(list(noise(step, n)), training=False)
+    else:  # the same noise from TensorFlow's stateless ops; the generator jitted by Keras
+        def sample(step, n):
+            z, labels = noise(step, n)
+            return generator.predict_on_batch([z.numpy(), labels.numpy()])
 
     produced = step = 0
     while produced < num_samples:

@@ -1,12 +1,26 @@
-"""Pick the tf.distribute strategy for this machine or cluster, and tell the chief.
+"""Where a run trains: the tf.distribute strategy or the keras.distribution, behind one seam.
 
-``get_strategy`` returns TPUStrategy when a TPU resolves (a TPU VM or a pod
-slice), MultiWorkerMirroredStrategy when ``TF_CONFIG`` names a cluster of
-several workers (one process per host), MirroredStrategy when several GPUs
-are visible (or explicit devices are given), and the default (single-device)
-strategy otherwise, and logs which.
+The runner talks to a :class:`Distribution` only, so it is the same on every
+backend; :func:`get_distribution` picks it for the Keras backend in use:
+
+- TensorFlow (:class:`StrategyDistribution`): the strategy of
+  :func:`get_strategy`: TPUStrategy when a TPU resolves (a TPU VM or a pod
+  slice), MultiWorkerMirroredStrategy when ``TF_CONFIG`` names a cluster of
+  several workers (one process per host), MirroredStrategy when several GPUs
+  are visible (or explicit devices are given), and the default
+  (single-device) strategy otherwise.
+- JAX (:class:`JaxDistribution`): ``keras.distribution.DataParallel`` over
+  every device of every process (TPU cores, GPUs, or CPU devices; several
+  hosts after ``jax.distributed.initialize``, see :func:`initialize_jax`),
+  or no distribution on one device.
+
+Both log which. The seam's methods are what differs between backends: the
+replicas, the chief and this worker's index, the input pipelines
+(:meth:`Distribution.dataset`), the scope models are built in, the context
+``fit`` / ``evaluate`` run in, and sums over the workers.
 """
 
+import contextlib
 import json
 import os
 
@@ -135,3 +149,359 @@ def sum_over_workers(strategy, value):
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(array)),
                             axis=None)
     return total.numpy()
+
+
+class Distribution:
+    """What a run needs of its distribution, the same on every backend.
+
+    Attributes:
+        backend: the Keras backend it trains with (``"tensorflow"``, ``"jax"``).
+        name: what ``run.json`` records (the strategy's class, ``"DataParallel"``).
+        strategy: the ``tf.distribute`` strategy (None on JAX).
+    """
+
+    backend = None
+    name = None
+    strategy = None
+
+    @property
+    def replicas(self):
+        """Replicas in sync (devices a global batch is split over)."""
+        raise NotImplementedError
+
+    @property
+    def num_replicas_in_sync(self):
+        """:attr:`replicas`, under ``tf.distribute``'s name."""
+        return self.replicas
+
+    @property
+    def chief(self):
+        """Whether this process writes the run's files."""
+        raise NotImplementedError
+
+    @property
+    def worker(self):
+        """``(index, count)`` of this worker (process) among the run's (``(0, 1)`` in one)."""
+        raise NotImplementedError
+
+    @property
+    def devices(self):
+        """The devices trained on, as strings."""
+        raise NotImplementedError
+
+    def scope(self):
+        """The context models and optimizers are built in."""
+        return contextlib.nullcontext()
+
+    def fitting(self, model, dataset):
+        """The context ``model.fit`` / ``model.evaluate`` run in on ``dataset``."""
+        return contextlib.nullcontext()
+
+    def dataset(self, dataset_fn):
+        """``dataset_fn(input_context)`` for ``fit`` / ``evaluate`` (see the subclasses)."""
+        return dataset_fn(None)
+
+    def sum_over_workers(self, value):
+        """A NumPy array summed over the workers (the value itself in one process); every
+        worker must call it."""
+        return value
+
+    def describe(self):
+        """The log line naming the distribution."""
+        workers = self.worker[1]
+        return (f"distribution: {self.name} with {self.replicas} replica(s)"
+                + (f" on {workers} workers (this is worker {self.worker[0]})"
+                   if workers > 1 else ""))
+
+
+class StrategyDistribution(Distribution):
+    """A ``tf.distribute`` strategy behind :class:`Distribution` (TensorFlow backend).
+
+    Args:
+        strategy: the strategy (default: the current one, ``tf.distribute.get_strategy()``).
+    """
+
+    backend = "tensorflow"
+
+    def __init__(self, strategy=None):
+        if strategy is None:
+            import tensorflow as tf
+
+            strategy = tf.distribute.get_strategy()
+        self.strategy = strategy
+        self.name = type(strategy).__name__
+
+    @property
+    def replicas(self):
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def chief(self):
+        return is_chief(self.strategy)
+
+    @property
+    def worker(self):
+        return worker_index(self.strategy)
+
+    @property
+    def devices(self):
+        import tensorflow as tf
+
+        try:
+            devices = self.strategy.extended.worker_devices
+        except (AttributeError, RuntimeError):  # the default strategy has none: its device
+            devices = [device.name for device in (tf.config.list_logical_devices("GPU")[:1]
+                                                  or tf.config.list_logical_devices("CPU")[:1])]
+        return [str(device) for device in devices]
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def fitting(self, model, dataset):
+        from kctx.training.runner import multi_worker_keras
+
+        return multi_worker_keras(model, self.strategy, dataset)
+
+    def dataset(self, dataset_fn):
+        """Under several replicas, per-replica batches from each input pipeline (one per
+        host) through ``strategy.distribute_datasets_from_function``; on one device
+        ``dataset_fn(None)``, global batches (a distributed dataset there makes
+        single-threaded runs differ in the last bit from run to run)."""
+        if self.replicas > 1:
+            return self.strategy.distribute_datasets_from_function(dataset_fn)
+        return dataset_fn(None)
+
+    def sum_over_workers(self, value):
+        return sum_over_workers(self.strategy, value)
+
+    def describe(self):
+        return (f"distribution: {self.name} with {self.replicas} replica(s)"
+                + (f" on {_worker_count(self.strategy)} workers (this is task "
+                   f"{_task(self.strategy)})" if _worker_count(self.strategy) > 1 else ""))
+
+
+class JaxDistribution(Distribution):
+    """``keras.distribution.DataParallel`` behind :class:`Distribution` (JAX backend).
+
+    Variables are replicated on every device, each global batch is split over
+    them along its first axis, and XLA's SPMD partitioner all-reduces the
+    gradients inside the jitted step (so statistics computed over the batch,
+    batch normalisation's included, are the global batch's). With several
+    processes (hosts, after :func:`initialize_jax`) every process builds only
+    its own part of each global batch: its input pipeline is pipeline ``i`` of
+    ``P``, one "replica" of ``P`` in :func:`kctx.data.replica_slices`, and
+    Keras assembles the global batch from the parts
+    (``jax.make_array_from_process_local_data``). On one device there is no
+    distribution (Keras's plain JAX path).
+
+    Args:
+        devices: the JAX devices (default ``jax.devices()``: every device of every
+            process), or a ``keras.distribution.Distribution`` to use as it is.
+    """
+
+    backend = "jax"
+
+    def __init__(self, devices=None):
+        import jax
+        import keras
+
+        if isinstance(devices, _keras_distribution_classes()):
+            self.keras_distribution = devices
+            self._devices = list(devices.device_mesh.devices.flat)
+        else:
+            self._devices = list(devices) if devices is not None else jax.devices()
+            self.keras_distribution = None
+            if len(self._devices) > 1:
+                self.keras_distribution = keras.distribution.DataParallel(
+                    devices=self._devices, auto_shard_dataset=False)
+        self.name = ("DataParallel" if self.keras_distribution is not None else
+                     "JAX single device")
+
+    @property
+    def replicas(self):
+        return len(self._devices)
+
+    @property
+    def chief(self):
+        import jax
+
+        return jax.process_index() == 0
+
+    @property
+    def worker(self):
+        import jax
+
+        return jax.process_index(), jax.process_count()
+
+    @property
+    def devices(self):
+        return [str(device) for device in self._devices]
+
+    def scope(self):
+        if self.keras_distribution is None:
+            return contextlib.nullcontext()
+        return self.keras_distribution.scope()
+
+    def fitting(self, model, dataset):
+        return self.scope()
+
+    def dataset(self, dataset_fn):
+        """This process's part of every global batch (all of it in one process), which
+        Keras splits over its devices.
+
+        On one device ``dataset_fn(None)``. On ``R`` devices over ``P`` processes,
+        ``dataset_fn`` gets the input context of ``tf.distribute`` (``P`` pipelines,
+        ``R`` replicas), so it yields per-replica batches as it does under
+        ``distribute_datasets_from_function`` (held-out sets padded with weight-0
+        examples to equal batches on every replica); this process's ``R / P``
+        consecutive ones are concatenated into its part of the global batch.
+        """
+        if self.replicas == 1:
+            return dataset_fn(None)
+        import tensorflow as tf
+
+        index, count = self.worker
+        dataset = dataset_fn(tf.distribute.InputContext(num_input_pipelines=count,
+                                                        input_pipeline_id=index,
+                                                        num_replicas_in_sync=self.replicas))
+        local = self.replicas // count
+        if local == 1:
+            return dataset
+
+        def merge(value):  # (local, b, ...) -> (local·b, ...)
+            return tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], 0))
+
+        def concatenate(*parts):
+            return tf.nest.map_structure(merge, parts if len(parts) > 1 else parts[0])
+
+        return dataset.batch(local, drop_remainder=True).map(concatenate)
+
+    def sum_over_workers(self, value):
+        """Summed in float64 on the host: each process's float64 value travels as two
+        float32 parts (JAX without x64 has no float64 arrays), exact to 2⁻⁴⁸ of it."""
+        import numpy as np
+
+        if self.worker[1] == 1:
+            return value
+        from jax.experimental import multihost_utils
+
+        value = np.asarray(value, np.float64)
+        high = value.astype(np.float32)
+        low = (value - high.astype(np.float64)).astype(np.float32)
+        parts = multihost_utils.process_allgather(np.stack([high, low]))
+        return np.asarray(parts, np.float64).sum(axis=(0, 1))
+
+    def describe(self):
+        line = super().describe()
+        return line + f" ({', '.join(self.devices[:8])}{', ...' if self.replicas > 8 else ''})"
+
+
+def _keras_distribution_classes():  # keras.distribution has no public base class
+    import keras
+
+    return keras.distribution.DataParallel, keras.distribution.ModelParallel
+
+
+def as_distribution(value):
+    """A :class:`Distribution` from one, a ``tf.distribute`` strategy or a
+    ``keras.distribution.Distribution`` (None: the backend's default in this process)."""
+    if isinstance(value, Distribution):
+        return value
+    import keras
+
+    if value is None:
+        return StrategyDistribution() if keras.backend.backend() == "tensorflow" \
+            else JaxDistribution(_first_device())
+    if isinstance(value, _keras_distribution_classes()):
+        return JaxDistribution(value)
+    return StrategyDistribution(value)
+
+
+def _first_device():
+    import jax
+
+    return jax.local_devices()[:1]
+
+
+JAX_CLUSTER_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                         "KERAS_DISTRIBUTION_PROCESS_ID")
+
+
+def initialize_jax(log=print):
+    """``jax.distributed.initialize`` when the environment names a cluster of several
+    processes (``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (the coordinator's ``host:port``),
+    ``KERAS_DISTRIBUTION_NUM_PROCESSES`` and ``KERAS_DISTRIBUTION_PROCESS_ID``, read by
+    ``keras.distribution.initialize``), or when ``KCTX_JAX_DISTRIBUTED=1`` asks for
+    JAX's own detection (TPU pod slices, SLURM); a no-op otherwise or when done already.
+    Call it before any JAX computation.
+
+    Returns:
+        Whether this process is part of a cluster of several processes.
+    """
+    import keras
+
+    asked = any(os.environ.get(key) for key in JAX_CLUSTER_VARIABLES) or \
+        os.environ.get("KCTX_JAX_DISTRIBUTED") == "1"
+    if not asked:
+        return False
+    import jax
+
+    if not jax.distributed.is_initialized():
+        if any(os.environ.get(key) for key in JAX_CLUSTER_VARIABLES):
+            keras.distribution.initialize()
+        else:
+            jax.distributed.initialize()
+        if log:
+            log(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}")
+    return jax.process_count() > 1
+
+
+def get_distribution(tpu=None, devices=None, strategy=None, log=print):
+    """The :class:`Distribution` to train under, for the Keras backend in use.
+
+    Args:
+        tpu: TensorFlow only: the TPU for ``TPUStrategy`` (see :func:`get_strategy`).
+            On JAX the TPU's cores are JAX devices: install ``jax[tpu]`` and leave
+            ``tpu`` unset.
+        devices: explicit devices: device names for a MirroredStrategy
+            (TensorFlow), ``jax.Device`` objects (JAX).
+        strategy: use this one: a ``tf.distribute`` strategy, a
+            ``keras.distribution.Distribution`` or a :class:`Distribution`.
+        log: called with one line naming the distribution and replica count.
+
+    Returns:
+        A :class:`StrategyDistribution` or a :class:`JaxDistribution`.
+
+    Raises:
+        ValueError: ``tpu`` on a backend other than TensorFlow; a backend other
+            than TensorFlow and JAX.
+        RuntimeError: when ``tpu`` is given but no TPU can be reached.
+
+    Example:
+
+    >>> distribution = get_distribution(log=None)
+    >>> with distribution.scope():
+    ...     model = build_model()
+    """
+    import keras
+
+    backend = keras.backend.backend()
+    if strategy is not None:
+        distribution = as_distribution(strategy)
+    elif backend == "tensorflow":
+        distribution = StrategyDistribution(get_strategy(tpu, devices, log=None))
+    elif backend == "jax":
+        if tpu:
+            raise ValueError(
+                "--tpu selects TensorFlow's TPUStrategy. On the JAX backend the TPU's cores "
+                "are JAX devices: install jax[tpu] (with tensorflow-cpu for tf.data) and "
+                f"drop --tpu; KCTX_JAX_DISTRIBUTED=1 joins the hosts of a pod slice. "
+                f"Received: tpu={tpu!r}")
+        initialize_jax(log=log)
+        distribution = JaxDistribution(devices)
+    else:
+        raise ValueError(f"kctx runs train with the tensorflow or jax backend. Received: "
+                         f"KERAS_BACKEND={backend!r}")
+    if log and strategy is None:
+        log(distribution.describe())
+    return distribution

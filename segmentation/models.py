@@ -24,6 +24,7 @@ from keras import ops
 from kctx.layers import ResizeToMatch, check_context_block, context_block
 from kctx.models.resnet import dilated_resnet, torchvision_normalization
 from kctx.models.segnext import load_segnext_weights, segnext
+from kctx.ops import synchronized_batch_norm
 from kctx.validation import check_choice, check_positive_int
 
 # Backbone names -> kctx.models.dilated_resnet arguments.
@@ -104,7 +105,8 @@ class AtrousConv2D(keras.layers.Layer):
 
 
 def _norm(name, synchronized):
-    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=synchronized,
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5,
+                                           synchronized=synchronized_batch_norm(synchronized),
                                            name=name)
 
 

@@ -47,3 +47,19 @@ def test_tf_config_with_one_task_keeps_one_process(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", "{not json")
     with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
         get_strategy(log=None)
+
+
+def test_get_distribution_wraps_the_strategy_behind_one_interface():
+    from kctx.distribute import StrategyDistribution, as_distribution, get_distribution
+
+    lines = []
+    default = get_distribution(log=lines.append)
+    assert isinstance(default, StrategyDistribution) and default.backend == "tensorflow"
+    assert (default.replicas, default.worker, default.chief) == (1, (0, 1), True)
+    assert len(default.devices) == 1 and "CPU" in default.devices[0].upper()
+    assert lines == [default.describe()] and "with 1 replica(s)" in lines[0]
+    mirrored = as_distribution(mirrored_strategy(2))
+    assert mirrored.strategy is mirrored_strategy(2) and mirrored.replicas == 2
+    assert len(mirrored.devices) == 2 and mirrored.name == "MirroredStrategy"
+    assert as_distribution(mirrored) is mirrored
+    assert float(mirrored.sum_over_workers(2.5)) == 2.5

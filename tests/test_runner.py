@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from kctx.training import DETERMINISTIC_ENVIRONMENT as DETERMINISTIC
+from kctx.training.runner import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
 from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, TINY, WEIGHTS_FILE, \
     assert_same_update, environment, finish, free_ports, load_weights, start, tf_config
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence")
+BACKENDS = ("tensorflow", "jax")
 # The PSF network's gradients change in the last bit with where TensorFlow's allocator puts
 # its buffers, even single-threaded without oneDNN (not isolated to one op yet), so its
 # repeats agree to about 1e-7, not bit for bit.
@@ -112,27 +114,35 @@ def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, 
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", WORKFLOWS)
-def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, tmp_path):
-    """Deterministic mode: a straight run, and a run killed with SIGKILL one step after
-    its first checkpoint then started again with the same command, side by side on
-    the 2 cores, end with byte-identical results.json and weights; evaluate re-scores."""
+def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_path):
+    """Deterministic mode, on each Keras backend: a straight run, and a run killed with
+    SIGKILL one step after its first checkpoint then started again with the same command,
+    side by side on the 2 cores, end with byte-identical results.json and weights;
+    evaluate re-scores."""
     flags = TINY[name] + ["--deterministic", "--verbose", "0"]
+    plain = environment(KERAS_BACKEND=backend)
+    deterministic = environment(KERAS_BACKEND=backend, **DETERMINISTIC,
+                                **({"XLA_FLAGS": " ".join(XLA_FLAGS)} if backend == "jax"
+                                   else {}))
     # The straight run restarts itself in the deterministic environment (--deterministic);
     # the others are started in it.
-    straight = start(["-m", f"{name}.train", *flags, "--model-dir", str(tmp_path / "straight")])
+    straight = start(["-m", f"{name}.train", *flags, "--model-dir", str(tmp_path / "straight")],
+                     env=plain)
     killed = start(["-c", KILL_SCRIPT, name, str(CHECKPOINT_STEP[name] + 1), *flags,
-                    "--model-dir", str(tmp_path / "resumed")], env=environment(**DETERMINISTIC))
+                    "--model-dir", str(tmp_path / "resumed")], env=deterministic)
     status, output = finish(killed)
     assert status == -signal.SIGKILL, output[-3000:]
     assert not (tmp_path / "resumed" / "results.json").exists()
     resumed = start(["-m", f"{name}.train", *flags, "--model-dir", str(tmp_path / "resumed")],
-                    env=environment(**DETERMINISTIC))
+                    env=deterministic)
     for process in (straight, resumed):
         status, output = finish(process)
         assert status == 0, output[-3000:]
         if process is resumed:
-            assert f"ckpt-{CHECKPOINT_STEP[name]} at step {CHECKPOINT_STEP[name]}" in output
+            assert f"ckpt-{CHECKPOINT_STEP[name]}" in output
+            assert f"at step {CHECKPOINT_STEP[name]}" in output
             if name == "gan":
                 assert "FCD (digits_classifier, 150 generated vs 1797 real)" in output
     texts = [(tmp_path / kind / "results.json").read_text() for kind in ("straight", "resumed")]
@@ -157,11 +167,14 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, tmp_path):
     assert timing["seconds_per_step"] > 0
     run = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert run["deterministic"] and run["config"]["name"] == results["config"]
+    assert run["backend"] == backend and run["replicas"] == 1 and len(run["devices"]) == 1
     assert {"tensorflow", "keras", "numpy", "python"} <= set(run["versions"])
+    if backend == "jax":
+        assert set(XLA_FLAGS) <= set(run["environment"]["XLA_FLAGS"].split())
     # evaluate re-scores the saved model with the run's config (single-threaded: the same
     # kernels as the run, so the same numbers).
     status, output = finish(start(["-m", f"{name}.evaluate", "--model-dir",
-                                   str(tmp_path / "resumed")], env=environment(**DETERMINISTIC)))
+                                   str(tmp_path / "resumed")], env=deterministic))
     assert status == 0, output[-3000:]
     evaluation = json.loads((tmp_path / "resumed" / "evaluation.json").read_text())
     for key, value in results.items():

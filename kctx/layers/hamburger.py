@@ -16,7 +16,7 @@ from kctx.validation import (
 )
 from kctx.layers.context_block import register_context_block
 from kctx.ops.matrix_decomposition import METHODS, decompose, initial_bases
-from kctx.ops.replicas import cross_replica_mean
+from kctx.ops.replicas import cross_replica_mean, synchronized_batch_norm
 
 INITS = ("random", "online", "fixed", "learned")
 NORMS = ("batch", "group", None)
@@ -122,7 +122,10 @@ class Hamburger(keras.layers.Layer):
             draw and a warning (their unseeded hams drew a new dictionary at
             every inference call).
         synchronized_batch_norm: all-reduce the batch statistics across
-            replicas (cross-replica BN, as HamGAN on TPU).
+            replicas (cross-replica BN, as HamGAN on TPU): TensorFlow's
+            synchronized batch norm; on JAX the data-parallel step's statistics
+            are the global batch's already
+            (:func:`kctx.ops.synchronized_batch_norm`).
         residual_scale_init: ``None`` for the paper's Y = Z + BN(H(Z))
             (Eq. 6); a number adds a learnable scalar σ with this initial
             value, Y = Z + σ·BN(H(Z)) — HamGAN uses σ = 0 (SAGAN's attention
@@ -272,7 +275,7 @@ class Hamburger(keras.layers.Layer):
             axis=-1,
             momentum=self.norm_momentum,
             epsilon=self.norm_epsilon,
-            synchronized=self.synchronized_batch_norm,
+            synchronized=synchronized_batch_norm(self.synchronized_batch_norm),
             dtype=self.dtype_policy,
             name=name,
         )

@@ -41,7 +41,9 @@ class Extractor:
 
     def __call__(self, images):
         features = self.model(images, training=False)
-        return ops.reshape(features, (ops.shape(features)[0], -1))
+        # The feature size spelt out: -1 is undefined for an empty batch on JAX.
+        size = int(np.prod(features.shape[1:]))
+        return ops.reshape(features, (ops.shape(features)[0], size))
 
     def logits(self, images):
         if self.logits_model is None:

@@ -8,7 +8,8 @@ product is singular). :class:`FrechetInceptionDistance` streams float64
 sufficient statistics (Σf, Σffᵀ, n) of real and generated features batch by
 batch and across replicas, and computes the distance with a symmetric
 eigendecomposition in ``keras.ops`` so that ``result()`` also runs inside a
-compiled function.
+compiled function; on JAX without x64 the sums and the final algebra are
+NumPy float64 on the host (:mod:`kctx.metrics.float64`).
 """
 
 import warnings
@@ -18,6 +19,7 @@ import numpy as np
 from keras import ops
 
 from kctx.metrics.extractors import get_extractor, prepare_images
+from kctx.metrics.float64 import Float64Sums
 
 
 def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
@@ -80,20 +82,22 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
     return max(float(value), 0.0)  # d² >= 0; rounding can leave -1e-12 for equal Gaussians
 
 
-def _trace_sqrt_product(sigma1, sigma2):
-    """Tr((Σ₁Σ₂)^{1/2}) = Σᵢ √λᵢ(Σ₁^{1/2} Σ₂ Σ₁^{1/2}) for PSD Σ₁, Σ₂ (keras.ops)."""
-    values, vectors = ops.eigh(sigma1)
-    root = ops.matmul(vectors * ops.sqrt(ops.maximum(values, 0.0))[None, :], ops.transpose(vectors))
-    inner = ops.matmul(ops.matmul(root, sigma2), root)
-    inner = 0.5 * (inner + ops.transpose(inner))
-    eigenvalues = ops.eigh(inner)[0]
-    return ops.sum(ops.sqrt(ops.maximum(eigenvalues, 0.0)))
+def _trace_sqrt_product(sigma1, sigma2, xp=ops, eigh=ops.eigh):
+    """Tr((Σ₁Σ₂)^{1/2}) = Σᵢ √λᵢ(Σ₁^{1/2} Σ₂ Σ₁^{1/2}) for PSD Σ₁, Σ₂ (``keras.ops``, or
+    NumPy with ``xp=np, eigh=np.linalg.eigh``)."""
+    values, vectors = eigh(sigma1)
+    root = xp.matmul(vectors * xp.sqrt(xp.maximum(values, 0.0))[None, :], xp.transpose(vectors))
+    inner = xp.matmul(xp.matmul(root, sigma2), root)
+    inner = 0.5 * (inner + xp.transpose(inner))
+    eigenvalues = eigh(inner)[0]
+    return xp.sum(xp.sqrt(xp.maximum(eigenvalues, 0.0)))
 
 
-def gaussian_statistics(feature_sum, outer_sum, count):
-    """Mean and unbiased covariance from streamed sums (float64 tensors)."""
+def gaussian_statistics(feature_sum, outer_sum, count, xp=ops):
+    """Mean and unbiased covariance from streamed sums (float64 tensors, or NumPy arrays
+    with ``xp=np``)."""
     mean = feature_sum / count
-    covariance = (outer_sum - count * ops.outer(mean, mean)) / (count - 1.0)
+    covariance = (outer_sum - count * xp.outer(mean, mean)) / (count - 1.0)
     return mean, covariance
 
 
@@ -115,6 +119,11 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     images with NaN or inf pixels were fed (they are counted per side; the
     message says how many). Two equal sample sets give 0 up to rounding, and
     never less than 0.
+
+    The sums are float64 on every backend: float64 variables on TensorFlow (and on
+    JAX with ``jax_enable_x64``); NumPy float64 arrays on the host on JAX without
+    x64, where ``update_state`` runs eagerly (not inside a jitted function) and
+    ``result()`` is a NumPy float64 (:class:`kctx.metrics.float64.Float64Sums`).
 
     Args:
         extractor: ``"inception_v3"`` (pool features, 2048-d; the paper's FID),
@@ -148,17 +157,11 @@ class FrechetInceptionDistance(keras.metrics.Metric):
         self.value_range = tuple(float(v) for v in value_range)
         self.weights_path = weights
         dim = self.extractor.feature_dim
-        self._stats = {}
+        shapes = {}
         for side in ("real", "generated"):
-            self._stats[side] = (
-                self.add_variable((dim,), "zeros", dtype="float64", name=f"{side}_sum"),
-                self.add_variable((dim, dim), "zeros", dtype="float64", name=f"{side}_outer"),
-                self.add_variable((), "zeros", dtype="float64", name=f"{side}_count"),
-            )
-        self._nonfinite = {
-            side: self.add_variable((), "zeros", dtype="float64", name=f"{side}_nonfinite")
-            for side in ("real", "generated")
-        }
+            shapes.update({f"{side}_sum": (dim,), f"{side}_outer": (dim, dim),
+                           f"{side}_count": (), f"{side}_nonfinite": ()})
+        self._sums = Float64Sums(self, shapes)
 
     @property
     def extractor_name(self):
@@ -167,17 +170,17 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     def features(self, images):
         """Features (float64) of a batch of images in ``value_range``."""
         prepared = prepare_images(images, self.value_range, self.extractor)
-        return ops.cast(self.extractor(prepared), "float64")
+        return self._sums.cast(self.extractor(prepared))
 
     def _accumulate(self, side, images):
-        feature_sum, outer_sum, count = self._stats[side]
+        sums, xp = self._sums, self._sums.ops
         features = self.features(images)
-        feature_sum.assign_add(ops.sum(features, axis=0))
-        outer_sum.assign_add(ops.matmul(ops.transpose(features), features))
-        count.assign_add(ops.cast(ops.shape(features)[0], "float64"))
+        sums.add(f"{side}_sum", xp.sum(features, axis=0))
+        sums.add(f"{side}_outer", xp.matmul(xp.transpose(features), features))
+        sums.add(f"{side}_count", sums.cast(ops.shape(features)[0]))
         pixels = ops.reshape(ops.cast(images, "float32"), (ops.shape(images)[0], -1))
         finite = ops.all(ops.isfinite(pixels), axis=1)
-        self._nonfinite[side].assign_add(ops.sum(ops.cast(ops.logical_not(finite), "float64")))
+        sums.add(f"{side}_nonfinite", xp.sum(sums.cast(ops.logical_not(finite))))
 
     def update_state(self, real_images=None, generated_images=None, sample_weight=None):
         if sample_weight is not None:
@@ -188,15 +191,19 @@ class FrechetInceptionDistance(keras.metrics.Metric):
             self._accumulate("generated", generated_images)
 
     def counts(self):
-        return tuple(int(ops.convert_to_numpy(self._stats[s][2])) for s in ("real", "generated"))
+        return tuple(int(ops.convert_to_numpy(self._sums.value(f"{s}_count")))
+                     for s in ("real", "generated"))
 
     def statistics(self, side):
         """(mean, covariance) of ``"real"`` or ``"generated"`` features so far."""
-        return gaussian_statistics(*self._stats[side])
+        sums = self._sums
+        return gaussian_statistics(sums.value(f"{side}_sum"), sums.value(f"{side}_outer"),
+                                   sums.value(f"{side}_count"), xp=sums.ops)
 
     def nonfinite_counts(self):
         """(real, generated) images fed so far that hold a NaN or inf pixel."""
-        return tuple(int(ops.convert_to_numpy(self._nonfinite[s])) for s in ("real", "generated"))
+        return tuple(int(ops.convert_to_numpy(self._sums.value(f"{s}_nonfinite")))
+                     for s in ("real", "generated"))
 
     def result(self):
         if _is_eager():
@@ -216,14 +223,14 @@ class FrechetInceptionDistance(keras.metrics.Metric):
                     )
         mu1, sigma1 = self.statistics("real")
         mu2, sigma2 = self.statistics("generated")
+        xp = self._sums.ops
         diff = mu1 - mu2
-        value = (ops.sum(diff * diff) + ops.trace(sigma1) + ops.trace(sigma2)
-                 - 2.0 * _trace_sqrt_product(sigma1, sigma2))
-        return ops.maximum(value, 0.0)  # d² >= 0: rounding can leave -1e-12 for equal sets
+        value = (xp.sum(diff * diff) + xp.trace(sigma1) + xp.trace(sigma2)
+                 - 2.0 * _trace_sqrt_product(sigma1, sigma2, xp, self._sums.eigh))
+        return xp.maximum(value, 0.0)  # d² >= 0: rounding can leave -1e-12 for equal sets
 
     def reset_state(self):
-        for variable in (*sum(self._stats.values(), ()), *self._nonfinite.values()):
-            variable.assign(ops.zeros(variable.shape, dtype=variable.dtype))
+        self._sums.reset()
 
     def get_config(self):
         config = super().get_config()

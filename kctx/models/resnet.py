@@ -35,6 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx.ops.replicas import synchronized_batch_norm
 from kctx.validation import check_choice, check_positive_int
 
 # Bottleneck blocks per stage (layer1..layer4) for each depth: torchvision's ResNet-50 and
@@ -159,7 +160,8 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
 def _norm(name, synchronized):
     # PyTorch's momentum 0.1 (new = 0.9·old + 0.1·batch) is Keras' momentum 0.9.
     return keras.layers.BatchNormalization(momentum=0.9, epsilon=BATCH_NORM_EPSILON,
-                                           synchronized=synchronized, name=name)
+                                           synchronized=synchronized_batch_norm(synchronized),
+                                           name=name)
 
 
 def _conv(x, filters, kernel_size, strides, dilation, name):

@@ -27,6 +27,7 @@ from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
 from kctx.layers.resize import ResizeToMatch
 from kctx.models.resnet import torchvision_normalization
 from kctx.ops.gelu import gelu
+from kctx.ops.replicas import synchronized_batch_norm
 from kctx.ops.resize import resize_bilinear
 from kctx.validation import check_choice, check_positive_int
 
@@ -207,7 +208,8 @@ def _padded_conv(x, filters, kernel_size, strides, name):
 
 def _batch_norm(name, synchronized):
     return keras.layers.BatchNormalization(momentum=NORM_MOMENTUM, epsilon=NORM_EPSILON,
-                                           synchronized=synchronized, name=name)
+                                           synchronized=synchronized_batch_norm(synchronized),
+                                           name=name)
 
 
 def _gelu(name):

@@ -26,7 +26,7 @@ from kctx.ops.matrix_decomposition import (
     matrix_decomposition,
 )
 from kctx.ops.poly_nl import poly_nl, poly_nl_direct
-from kctx.ops.replicas import cross_replica_mean
+from kctx.ops.replicas import cross_replica_mean, synchronized_batch_norm
 from kctx.ops.resize import resize_bilinear
 
 __all__ = [
@@ -54,5 +54,6 @@ __all__ = [
     "poly_nl",
     "poly_nl_direct",
     "resize_bilinear",
+    "synchronized_batch_norm",
     "unfold",
 ]

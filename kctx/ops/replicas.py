@@ -30,3 +30,20 @@ def cross_replica_mean(value):
     import tensorflow as tf
 
     return context.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+
+def synchronized_batch_norm(requested=True):
+    """The ``synchronized`` argument for ``keras.layers.BatchNormalization``: ``requested``
+    on TensorFlow, False on the other backends.
+
+    Keras's synchronized batch normalisation all-reduces the batch moments over a
+    ``tf.distribute`` strategy's replicas and exists on TensorFlow only. Under JAX's
+    data parallelism (``keras.distribution.DataParallel``) a training step is one
+    jitted program over the sharded global batch, so the moments it computes are
+    already those of the global batch (cross-replica), and the flag is not needed.
+
+    Example:
+
+    >>> keras.layers.BatchNormalization(synchronized=synchronized_batch_norm(replicas > 1))
+    """
+    return bool(requested) and keras.backend.backend() == "tensorflow"

@@ -1,15 +1,18 @@
-"""Count the multiply-accumulates of a traced TensorFlow graph.
+"""Count the multiply-accumulates of a traced TensorFlow graph or JAX program.
 
 Every matmul / convolution / einsum / small dense linear-algebra op in the
 graph is counted from its static shapes, including ops inside nested function
 calls. Element-wise ops are not MACs and are not counted (the convention of
-the profilers the papers used: torchprofile, thop).
+the profilers the papers used: torchprofile, thop). On the JAX backend
+:func:`count_macs` walks the function's jaxpr instead (:func:`count_jaxpr_macs`:
+``dot_general`` and ``conv_general_dilated``, which every Keras matmul, einsum
+and convolution lowers to), and gives the same counts for the same model.
 """
 
 import math
 import warnings
 
-import tensorflow as tf
+import keras
 
 
 def _dims(tensor):
@@ -164,11 +167,25 @@ def count_graph_macs(graph, by_op=None):
 def count_macs(function, *input_specs, by_op=None):
     """MACs of ``function`` traced at ``input_specs`` (``tf.TensorSpec``s or shapes).
 
+    On the TensorFlow backend the function is traced by ``tf.function``
+    (:func:`count_graph_macs`); on JAX by ``jax.make_jaxpr``, on float32 zeros of
+    the given shapes (:func:`count_jaxpr_macs`).
+
     Example:
 
-    >>> count_macs(lambda x: tf.matmul(x, x), (64, 64))
+    >>> count_macs(lambda x: keras.ops.matmul(x, x), (64, 64))
     262144
     """
+    if keras.backend.backend() == "jax":
+        import jax
+        import numpy as np
+
+        arrays = [np.zeros(tuple(spec.shape) if hasattr(spec, "shape") else spec,
+                           np.dtype(getattr(getattr(spec, "dtype", None), "name", "float32")))
+                  for spec in input_specs]
+        return count_jaxpr_macs(jax.make_jaxpr(function)(*arrays), by_op)
+    import tensorflow as tf
+
     specs = [
         spec if isinstance(spec, tf.TensorSpec) else tf.TensorSpec(spec, tf.float32)
         for spec in input_specs
@@ -176,3 +193,58 @@ def count_macs(function, *input_specs, by_op=None):
     concrete = tf.function(function, autograph=False).get_concrete_function(*specs)
     return count_graph_macs(concrete.graph, by_op)
 
+
+
+def _dot_general(equation):
+    (lhs_contract, _), (lhs_batch, _) = equation.params["dimension_numbers"]
+    lhs = equation.invars[0].aval.shape
+    del lhs_batch  # batch dimensions are part of the output
+    return _prod(equation.outvars[0].aval.shape) * _prod(lhs[d] for d in lhs_contract)
+
+
+def _conv_general_dilated(equation):
+    # Output elements × (kernel spatial × input channels per group); the kernel's
+    # layout is rhs_spec = (out features, in features per group, spatial...).
+    rhs_spec = equation.params["dimension_numbers"].rhs_spec
+    kernel = equation.invars[1].aval.shape
+    per_output = kernel[rhs_spec[1]] * _prod(kernel[d] for d in rhs_spec[2:])
+    return _prod(equation.outvars[0].aval.shape) * per_output
+
+
+JAX_MAC_RULES = {"dot_general": _dot_general, "conv_general_dilated": _conv_general_dilated}
+
+
+def _sub_jaxprs(equation):
+    for value in equation.params.values():
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            inner = getattr(item, "jaxpr", None)  # a ClosedJaxpr, or a Jaxpr itself
+            if inner is not None or hasattr(item, "eqns"):
+                yield item
+
+
+def count_jaxpr_macs(jaxpr, by_op=None):
+    """MACs of every ``dot_general`` / ``conv_general_dilated`` in a jaxpr (a
+    ``ClosedJaxpr`` or ``Jaxpr``), following nested calls (``pjit``, custom
+    derivatives, ``remat``).
+
+    Args:
+        jaxpr: from ``jax.make_jaxpr(function)(*arguments)``.
+        by_op: optional dict, filled with MACs per primitive.
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0
+    for equation in jaxpr.eqns:
+        name = equation.primitive.name
+        rule = JAX_MAC_RULES.get(name)
+        if rule is not None:
+            macs = rule(equation)
+            total += macs
+            if by_op is not None:
+                by_op[name] = by_op.get(name, 0) + macs
+        elif name in ("while", "cond", "scan"):
+            warnings.warn(f"{name}: its body is not counted; unroll Python loops for "
+                          "exact MAC counts.", stacklevel=2)
+        else:
+            for inner in _sub_jaxprs(equation):
+                total += count_jaxpr_macs(inner, by_op)
+    return total

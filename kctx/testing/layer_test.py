@@ -3,8 +3,10 @@
 :func:`run_layer_test` exercises a layer class the way users will: config
 and JSON round trips, symbolic and eager calls (with ``None`` spatial dims),
 one ``fit`` step that changes the weights, ``.keras`` save/load with equal
-outputs, ``jit_compile=True`` (XLA), ``mixed_bfloat16`` and one ``fit`` step
-under a 2-replica ``tf.distribute.MirroredStrategy``.
+outputs, ``jit_compile=True`` (XLA), ``mixed_bfloat16`` and one ``fit`` step on
+2 replicas: under a ``tf.distribute.MirroredStrategy`` on TensorFlow, under
+``keras.distribution.DataParallel`` on JAX (on CPU, 2 virtual devices:
+``XLA_FLAGS=--xla_force_host_platform_device_count=2``).
 """
 
 import json
@@ -220,17 +222,27 @@ def run_layer_test(
         if run_training:
             _fit_one_step(mixed, input_data, target)
 
-    # 8. A 2-replica MirroredStrategy fit step.
+    # 8. A 2-replica fit step: MirroredStrategy (TensorFlow), DataParallel (JAX).
     if run_distributed:
-        strategy = mirrored_strategy(2)
-        assert strategy is not None, (
-            "MirroredStrategy needs 2 logical CPUs: call "
-            "kctx.testing.configure_logical_cpus(2) before TensorFlow starts"
-        )
-        with strategy.scope():
+        if keras.backend.backend() == "tensorflow":
+            strategy = mirrored_strategy(2)
+            assert strategy is not None, (
+                "MirroredStrategy needs 2 logical CPUs: call "
+                "kctx.testing.configure_logical_cpus(2) before TensorFlow starts"
+            )
+            scope = strategy.scope()
+        else:
+            devices = keras.distribution.list_devices()[:2]
+            assert len(devices) == 2, (
+                "DataParallel needs 2 devices: on CPU start Python with "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=2"
+            )
+            scope = keras.distribution.DataParallel(devices=devices).scope()
+        with scope:
             distributed = _model(layer_cls, init_kwargs, input_shape)
             if run_training:
                 _fit_one_step(distributed, input_data, target)
-        out = _as_numpy(distributed.predict(input_data, batch_size=input_shape[0], verbose=0))
+            out = _as_numpy(distributed.predict(input_data, batch_size=input_shape[0],
+                                                verbose=0))
         assert np.all(np.isfinite(out))
     return model

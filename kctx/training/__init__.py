@@ -5,12 +5,14 @@
 - :func:`train_main` / :func:`evaluate_main`: the ``python -m
   <workflow>.train`` and ``.evaluate`` command lines, flags generated from
   the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`).
-- :class:`StepCheckpoint`: step checkpoints with exact resume.
+- :func:`step_checkpoint`: step checkpoints with exact resume (:class:`StepCheckpoint`
+  on TensorFlow, :class:`ArrayCheckpoint` ``.npz`` files on JAX).
 - :func:`sgd`, :class:`ParamwiseAdamW`, :class:`WarmupPolyDecay`: the recipes'
   optimizers and schedules (:mod:`kctx.training.optimizers`).
 """
 
-from kctx.training.checkpoint import CheckpointError, StepCheckpoint
+from kctx.training.checkpoint import ArrayCheckpoint, CheckpointError, StepCheckpoint, \
+    step_checkpoint
 from kctx.training.cli import evaluate_main, train_main
 from kctx.training.config import (
     SHARED_HELP,
@@ -28,6 +30,7 @@ from kctx.training.runner import (
     DETERMINISTIC_ENVIRONMENT,
     check_global_batch,
     deterministic_environment,
+    deterministic_variables,
     enable_determinism,
     evaluate_run,
     run,
@@ -36,11 +39,12 @@ from kctx.training.runner import (
 from kctx.training.workflow import DataLocation, Run, Schedule, Workflow
 
 __all__ = [
-    "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog",
+    "ArrayCheckpoint", "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog",
     "ParamwiseAdamW", "Run", "RunDirectoryError", "SHARED_HELP", "Schedule", "StepCheckpoint",
     "WarmupPolyDecay", "Workflow", "paramwise_multipliers",
     "check_global_batch", "check_nonnegative", "check_one_of", "check_positive",
-    "config_from_dict", "config_to_dict", "deterministic_environment", "enable_determinism",
+    "config_from_dict", "config_to_dict", "deterministic_environment", "deterministic_variables",
+    "enable_determinism",
     "evaluate_main", "evaluate_run", "read_history", "read_run", "replace_config", "run",
-    "save_model", "sgd", "train_main", "write_json",
+    "save_model", "sgd", "step_checkpoint", "train_main", "write_json",
 ]

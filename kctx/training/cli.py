@@ -86,7 +86,7 @@ def train_main(workflow, argv=None, description=None, callbacks=()):
     """Parse ``argv``, train and evaluate; returns the exit status. ``description``:
     the ``--help`` text (default ``workflow.description``); ``callbacks``: extra
     Keras callbacks for ``fit``."""
-    from kctx.training.runner import DETERMINISTIC_ENVIRONMENT, deterministic_environment, \
+    from kctx.training.runner import deterministic_environment, deterministic_variables, \
         enable_determinism, run
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -94,10 +94,10 @@ def train_main(workflow, argv=None, description=None, callbacks=()):
     args = parser.parse_args(argv)
     if args.deterministic and not deterministic_environment() and argv is None:
         # TensorFlow is imported already: start the same command again in the
-        # deterministic environment (single-threaded, no oneDNN).
+        # deterministic environment (single-threaded, no oneDNN; single-threaded XLA on JAX).
         os.execve(sys.executable, [sys.executable, "-m", f"{workflow.name}.train",
                                    *sys.argv[1:]],
-                  {**os.environ, **DETERMINISTIC_ENVIRONMENT})
+                  deterministic_variables())
     if args.deterministic:
         try:
             enable_determinism()

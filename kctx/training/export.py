@@ -5,11 +5,15 @@
 training stream), reloads the artifact in its runtime, compares it with Keras on
 real inputs from the workflow's data and, for workflows with a held-out metric
 (segmentation, classification), scores the artifact and the Keras model with the
-workflow's evaluation. It writes the artifact and ``<artifact>.json``.
+workflow's evaluation. It writes the artifact and ``<artifact>.json``. Export runs
+on the TensorFlow backend: started on another (``KERAS_BACKEND=jax``), the command
+restarts itself on TensorFlow, which loads the run's saved model and a JAX run's
+NumPy checkpoints as they are.
 """
 
 import os
 import pathlib
+import sys
 import time
 
 import keras
@@ -169,6 +173,19 @@ def export_main(workflow, argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = export_parser(workflow)
     args = parser.parse_args(argv)
+    if keras.backend.backend() != "tensorflow":
+        # The exporters (SavedModel, tf2onnx, the LiteRT converter) and the artifact's
+        # evaluation run on TensorFlow; the run's saved model (and a JAX run's NumPy
+        # checkpoints) load on any backend.
+        if argv is not None:
+            parser.error("export runs on the TensorFlow backend: run it with "
+                         f"KERAS_BACKEND=tensorflow. Received: KERAS_BACKEND="
+                         f"{keras.backend.backend()}")
+        print(f"exporting on the TensorFlow backend (the run folder loads on any backend; "
+              f"this process was started with KERAS_BACKEND={keras.backend.backend()})",
+              flush=True)
+        os.execve(sys.executable, [sys.executable, "-m", f"{workflow.name}.export",
+                                   *sys.argv[1:]], {**os.environ, "KERAS_BACKEND": "tensorflow"})
     if args.quantize != "none" and args.format != "litert":
         parser.error(f"--quantize {args.quantize} applies to --format litert")
     try:

@@ -1,5 +1,10 @@
 """The recipes' optimizers and learning-rate schedules, shared by the workflows.
 
+- :class:`OptimizerGroup`: several optimizers, each on its own variables, behind one
+  optimizer's interface (a GAN's G and D optimizers as ``model.optimizer``, so that
+  Keras's JAX ``fit``, which carries ``model.optimizer.variables`` through its
+  stateless steps, carries both).
+
 - :func:`sgd`: SGD with momentum and decoupled weight decay on kernels only (HamNet's
   segmentation recipe, the ImageNet recipes).
 - :class:`ParamwiseAdamW`: PyTorch's AdamW with mmengine's parameter-wise options: a
@@ -251,3 +256,111 @@ class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "warmup_ratio": self.warmup_ratio,
                 "power": self.power, "end_learning_rate": self.end_learning_rate,
                 "name": self.name}
+
+
+class OptimizerGroup:
+    """Several built optimizers, each updating its own variables, as one optimizer.
+
+    Keras's ``fit`` carries one optimizer's state: on JAX its stateless training
+    step takes and returns ``model.optimizer.variables`` and nothing else, so a
+    model with two optimizers (a GAN's G and D, TTUR) sets a group as its
+    ``optimizer``: the group's :attr:`variables` are all of its optimizers'
+    (in order), :meth:`apply` / :meth:`stateless_apply` hand each gradient to the
+    optimizer of its variable, and :meth:`split` cuts a list of optimizer values
+    into each optimizer's, for a ``train_step`` that calls them one by one. The
+    optimizers keep their own variables, so checkpoints may list them apart.
+
+    Args:
+        pairs: ``(optimizer, variables)`` pairs: each optimizer updates those
+            variables (it is built on them when it is not built yet).
+
+    Example:
+
+    >>> group = OptimizerGroup([(g_optimizer, generator.trainable_variables),
+    ...                         (d_optimizer, discriminator.trainable_variables)])
+    >>> g_values, d_values = group.split(optimizer_variables)  # in a JAX train_step
+    """
+
+    built = True
+
+    def __init__(self, pairs):
+        self.optimizers, self._owner = [], {}
+        for index, (optimizer, variables) in enumerate(pairs):
+            variables = list(variables)
+            if not optimizer.built:
+                optimizer.build(variables)
+            for variable in variables:
+                if id(variable) in self._owner:
+                    raise ValueError(f"Variable {variable.path!r} is given to two optimizers "
+                                     "of the group. Received: the same variable twice")
+                self._owner[id(variable)] = index
+            self.optimizers.append(optimizer)
+        if not self.optimizers:
+            raise ValueError("OptimizerGroup needs at least one (optimizer, variables) pair. "
+                             "Received: pairs=[]")
+
+    @property
+    def variables(self):
+        """Every optimizer's variables, the first optimizer's first."""
+        return [variable for optimizer in self.optimizers for variable in optimizer.variables]
+
+    @property
+    def iterations(self):
+        """The first optimizer's step count."""
+        return self.optimizers[0].iterations
+
+    @property
+    def learning_rate(self):
+        """The first optimizer's learning rate."""
+        return self.optimizers[0].learning_rate
+
+    def build(self, variables):
+        """A no-op: the optimizers are built on their own variables."""
+
+    def split(self, values):
+        """``values`` (one per variable of :attr:`variables`) as one list per optimizer."""
+        values, parts, start = list(values), [], 0
+        for optimizer in self.optimizers:
+            count = len(optimizer.variables)
+            parts.append(values[start:start + count])
+            start += count
+        if start != len(values):
+            raise ValueError(f"Expected {start} optimizer values. Received: {len(values)}")
+        return parts
+
+    def _groups(self, grads, variables):
+        groups = [([], [], []) for _ in self.optimizers]
+        for position, (grad, variable) in enumerate(zip(grads, variables)):
+            owner = self._owner.get(id(variable))
+            if owner is None:
+                raise ValueError(f"No optimizer of the group updates {variable.path!r}.")
+            for part, item in zip(groups[owner], (position, grad, variable)):
+                part.append(item)
+        return groups
+
+    def apply(self, grads, trainable_variables):
+        """Apply each gradient with the optimizer of its variable."""
+        for optimizer, (_, own_grads, own_variables) in zip(
+                self.optimizers, self._groups(grads, trainable_variables)):
+            if own_variables:
+                optimizer.apply(own_grads, own_variables)
+
+    def apply_gradients(self, grads_and_vars):
+        grads, variables = zip(*grads_and_vars)
+        return self.apply(list(grads), list(variables))
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        """The stateless form of :meth:`apply` (each optimizer's ``stateless_apply``):
+        ``trainable_variables`` are the values of every variable the optimizers were
+        built on, in the order of their pairs. Returns ``(new trainable values, new
+        optimizer values)``."""
+        trainable_variables, grads = list(trainable_variables), list(grads)
+        new_trainable, new_optimizer, start = [], [], 0
+        for optimizer, values in zip(self.optimizers, self.split(optimizer_variables)):
+            count = len(optimizer._trainable_variables)  # noqa: SLF001 - what it was built on
+            updated, values = optimizer.stateless_apply(
+                values, grads[start:start + count], trainable_variables[start:start + count])
+            new_trainable += list(updated)
+            new_optimizer += list(values)
+            start += count
+        return new_trainable, new_optimizer

@@ -8,18 +8,20 @@ rest the same way for all of them:
 
 1. the run folder ``runs/<workflow>-<config>-<variant>-seed<k>/`` (or
    ``model_dir``), refused when it holds another run;
-2. the strategy (:func:`kctx.distribute.get_strategy`: TPU, several
-   workers from ``TF_CONFIG``, several GPUs, or one device), seeding, and
-   the deterministic mode (single-threaded TensorFlow, op determinism);
-3. the model, built in the strategy scope, and the newest readable step
-   checkpoint restored (exact resume);
-4. ``run.json``: the resolved config, seed, strategy, package versions, git
-   commit and command line;
+2. the distribution (:func:`kctx.distribute.get_distribution`; on
+   TensorFlow a strategy: TPU, several workers from ``TF_CONFIG``, several
+   GPUs, or one device; on JAX ``keras.distribution.DataParallel`` over every
+   device of every host, or one device), seeding, and the deterministic mode
+   (single-threaded TensorFlow with op determinism, single-threaded XLA on JAX);
+3. the model, built in the distribution's scope, and the newest readable step
+   checkpoint restored (exact resume; :func:`kctx.training.checkpoint.step_checkpoint`:
+   TensorFlow checkpoints, or ``.npz`` files on JAX);
+4. ``run.json``: the resolved config, seed, backend, distribution and devices,
+   package versions, git commit and command line;
 5. ``fit`` over the workflow's step-indexed stream; with several hosts, one
-   input pipeline per host (``strategy.distribute_datasets_from_function``:
-   each builds only its own replicas' slices of every global batch), with a
-   checkpoint every ``checkpoint_every`` steps, the Keras progress bar,
-   ``history.csv`` and TensorBoard;
+   input pipeline per host (each builds only its own slices of every global
+   batch), with a checkpoint every ``checkpoint_every`` steps, the Keras
+   progress bar, ``history.csv`` and TensorBoard;
 6. the inference model saved (``model.keras``, or the workflow's file), the
    final evaluation, ``results.json`` and ``timing.json``.
 
@@ -39,7 +41,7 @@ import tempfile
 
 import keras
 
-from kctx.training.checkpoint import StepCheckpoint
+from kctx.training.checkpoint import ArrayCheckpoint, step_checkpoint
 from kctx.training.config import config_from_dict, config_to_dict
 from kctx.training.records import HistoryLog, RunDirectoryError, StepCounter, git_commit, \
     read_history, read_run, timing, versions, write_json
@@ -93,29 +95,63 @@ def multi_worker_keras(model, strategy, dataset):
 # inputs, even single-threaded; without it they do not).
 DETERMINISTIC_ENVIRONMENT = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
                              "TF_ENABLE_ONEDNN_OPTS": "0"}
+# And of XLA's CPU runtime on the JAX backend (read when JAX starts its backend): one
+# thread for its kernels (appended to XLA_FLAGS, whose other flags are kept).
+XLA_DETERMINISTIC_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
+                           "intra_op_parallelism_threads=1")
+
+
+def deterministic_variables(environ=None):
+    """The environment deterministic mode runs in: ``environ`` (default ``os.environ``)
+    updated with :data:`DETERMINISTIC_ENVIRONMENT`, and on the JAX backend with
+    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``."""
+    environ = dict(os.environ if environ is None else environ)
+    environ.update(DETERMINISTIC_ENVIRONMENT)
+    if keras.backend.backend() == "jax":
+        flags = environ.get("XLA_FLAGS", "").split()
+        environ["XLA_FLAGS"] = " ".join(
+            flags + [flag for flag in XLA_DETERMINISTIC_FLAGS if flag not in flags])
+    return environ
 
 
 def deterministic_environment():
-    """Whether this process was started with :data:`DETERMINISTIC_ENVIRONMENT`."""
-    return all(os.environ.get(key) == value for key, value in DETERMINISTIC_ENVIRONMENT.items())
+    """Whether this process was started in the environment of :func:`deterministic_variables`."""
+    expected = deterministic_variables()
+    return all(os.environ.get(key) == expected[key]
+               for key in (*DETERMINISTIC_ENVIRONMENT, "XLA_FLAGS") if key in expected)
+
+
+def _started(module):
+    if module == "tensorflow":
+        return "tensorflow" in sys.modules
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
 
 
 def enable_determinism():
-    """Single-threaded TensorFlow without oneDNN, with op determinism: bit-identical CPU runs.
+    """Single-threaded TensorFlow without oneDNN, with op determinism (and single-threaded
+    XLA on the JAX backend): bit-identical CPU runs.
 
-    The environment of :data:`DETERMINISTIC_ENVIRONMENT` must be in place
-    before TensorFlow is imported: this sets it when TensorFlow is not
-    imported yet, and otherwise raises unless the process was started with it
-    (the CLIs' ``--deterministic`` restarts the command with it).
+    The environment of :func:`deterministic_variables` must be in place before
+    TensorFlow is imported (and before JAX starts its backend): this sets it
+    when they have not, and otherwise raises unless the process was started
+    with it (the CLIs' ``--deterministic`` restarts the command with it).
     """
     if not deterministic_environment():
-        if "tensorflow" in sys.modules:
-            settings = " ".join(f"{k}={v}" for k, v in DETERMINISTIC_ENVIRONMENT.items())
+        started = [module for module in ("tensorflow", "jax") if _started(module)]
+        if started:
+            settings = " ".join(f"{key}={value!r}" if " " in value else f"{key}={value}"
+                                for key, value in deterministic_variables().items()
+                                if os.environ.get(key) != value)
             raise RuntimeError(
-                "deterministic=True needs TensorFlow single-threaded and without oneDNN, which "
-                f"must be set before it is imported: start Python with {settings}, or use "
+                "deterministic=True needs TensorFlow single-threaded and without oneDNN (and "
+                "XLA single-threaded on JAX), which must be set before "
+                f"{' and '.join(started)} start(s): start Python with {settings}, or use "
                 "the command line's --deterministic (which does that).")
-        os.environ.update(DETERMINISTIC_ENVIRONMENT)
+        os.environ.update(deterministic_variables())
     import tensorflow as tf
 
     threads = tf.config.threading
@@ -147,6 +183,7 @@ def _check_same_run(workflow, directory, config, seed):
                                     "not written by this version of kctx; use another --model-dir.")
         return
     record = read_run(directory, workflow)
+    _check_backend(directory, record, "resume it")
     stored = dict(record.get("config", {}))
     current = config_to_dict(config)
     ignored = set(workflow.evaluation_fields)
@@ -159,6 +196,18 @@ def _check_same_run(workflow, directory, config, seed):
         raise RunDirectoryError(
             f"{directory} holds a {workflow.name} run with other settings: {', '.join(changed)}. "
             "A rerun resumes the same run: use the same settings, or another --model-dir.")
+
+
+def _check_backend(directory, record, action):
+    """Refuse a run folder whose checkpoints another Keras backend wrote (run.json's
+    ``backend``; TensorFlow before it was recorded)."""
+    backend = record.get("backend", "tensorflow")
+    if backend != keras.backend.backend():
+        raise RunDirectoryError(
+            f"{directory} holds a run trained on the {backend} backend, whose checkpoints "
+            f"this {keras.backend.backend()} process cannot read: {action} with "
+            f"KERAS_BACKEND={backend}, or use another --model-dir. Received: "
+            f"KERAS_BACKEND={keras.backend.backend()}")
 
 
 def _steps_per_epoch(schedule, start):
@@ -180,7 +229,8 @@ def _tensorboard(log_dir):
 
 
 def check_global_batch(batch_size, strategy):
-    """Raise unless ``batch_size`` splits evenly over the strategy's replicas."""
+    """Raise unless ``batch_size`` splits evenly over the replicas of ``strategy`` (a
+    ``tf.distribute`` strategy or a :class:`kctx.distribute.Distribution`)."""
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"`batch_size` must be a multiple of the {replicas} replicas. "
@@ -206,8 +256,12 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
             workflow, config and seed, evaluation fields aside).
         seed: the run's seed (initial weights, the data stream's order,
             augmentation and noise).
-        strategy: a ``tf.distribute`` strategy; default
-            :func:`kctx.distribute.get_strategy` (``tpu``, ``TF_CONFIG``, GPUs).
+        strategy: a ``tf.distribute`` strategy (TensorFlow), a
+            ``keras.distribution.Distribution`` (JAX) or a
+            :class:`kctx.distribute.Distribution`; default
+            :func:`kctx.distribute.get_distribution` (TensorFlow: ``tpu``,
+            ``TF_CONFIG``, GPUs; JAX: data parallelism over every device).
+        tpu: TensorFlow's TPU (:func:`kctx.distribute.get_strategy`).
         deterministic: bit-identical repeats on CPU (:func:`enable_determinism`).
         verbose: Keras progress-bar verbosity.
         data_dir, manual_dir, download: where the data is (:class:`DataLocation`).
@@ -236,23 +290,23 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
         raise RunDirectoryError(f"--model-dir {directory} is a file, not a directory: pass a "
                                 "directory (it is created when missing).")
     _check_same_run(workflow, directory, config, seed)
-    from kctx.distribute import get_strategy
+    from kctx.distribute import get_distribution
 
-    strategy = strategy or get_strategy(tpu, log=log)
-    context = Run(workflow, config, seed, directory, strategy,
+    distribution = get_distribution(tpu, strategy=strategy, log=log)
+    context = Run(workflow, config, seed, directory, distribution,
                   DataLocation(data_dir, manual_dir, download), deterministic, verbose, log)
-    check_global_batch(config.batch_size, strategy)
+    check_global_batch(config.batch_size, distribution)
     keras.utils.set_random_seed(seed)
     workflow.check_data(context)  # a missing dataset stops the run before anything is built
     _prepare_directory(directory)
     schedule = workflow.schedule(context)
-    with strategy.scope():
+    with distribution.scope():
         model = workflow.build(context)
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and not optimizer.built:  # its slots are in the checkpoint
             optimizer.build(model.trainable_variables)
-    checkpoint = StepCheckpoint(directory / "checkpoints", workflow.checkpoint_objects(model),
-                                chief=context.chief)
+    checkpoint = step_checkpoint(directory / "checkpoints", workflow.checkpoint_objects(model),
+                                 chief=context.chief)
     start, finished = checkpoint.restore(log)
     if context.chief:
         write_json(directory / "run.json", run_record(context))
@@ -283,7 +337,7 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
             train = context.dataset(  # a fit iterates its data from the start: from `first`
                 lambda input_context, first=first: workflow.train_data(context, first,
                                                                        input_context))
-            with multi_worker_keras(model, strategy, train):
+            with distribution.fitting(model, train):
                 model.fit(train, steps_per_epoch=size, epochs=last // size,
                           initial_epoch=first // size,
                           validation_data=validation if evaluate else None,
@@ -304,18 +358,22 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
 
 def run_record(context):
     """The ``run.json`` of a run (a :class:`Run`): workflow, config name, variant, seed, the
-    resolved config, determinism, strategy and replicas, data location, package versions,
-    git commit, command line and the TensorFlow / Keras environment variables."""
+    resolved config, determinism, the Keras backend, the distribution (``strategy``: the
+    tf.distribute strategy's class or ``DataParallel``), replicas, processes and devices,
+    data location, package versions, git commit, command line and the TensorFlow / Keras /
+    JAX / XLA environment variables."""
     workflow, config = context.workflow, context.config
     return {
         "workflow": workflow.name, "config_name": config.name,
         "variant": workflow.variant(config), "seed": context.seed,
         "config": config_to_dict(config), "deterministic": context.deterministic,
-        "strategy": type(context.strategy).__name__, "replicas": context.replicas,
+        "backend": keras.backend.backend(), "strategy": context.distribution.name,
+        "replicas": context.replicas, "processes": context.worker[1],
+        "devices": context.distribution.devices,
         "data": dataclasses.asdict(context.data), "versions": versions(), "git": git_commit(),
         "command": sys.argv,
         "environment": {key: os.environ[key] for key in sorted(os.environ) if key.startswith(
-            ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_"))}}
+            ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_", "JAX_"))}}
 
 
 class _Checkpointing(StepCounter):
@@ -380,9 +438,8 @@ def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=Non
     """A finished (or checkpointed) run folder as ``(run, inference model, source)``:
     the :class:`Run` of its recorded config and seed (evaluation fields replaced by
     ``overrides``), its saved model or a checkpoint's, and what was loaded.
-    See :func:`evaluate_run` for the arguments."""
-    import tensorflow as tf
-
+    See :func:`evaluate_run` for the arguments. The saved model and NumPy checkpoints (a
+    JAX run's) load on any backend; TensorFlow checkpoints on TensorFlow."""
     directory = pathlib.Path(model_dir)
     record = read_run(directory, workflow)
     not_evaluation = sorted(set(overrides) - set(workflow.evaluation_fields))
@@ -394,22 +451,29 @@ def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=Non
     data = record.get("data", {})
     location = DataLocation(data_dir or data.get("data_dir"),
                             manual_dir or data.get("manual_dir"), download)
-    strategy = tf.distribute.get_strategy()
-    context = Run(workflow, config, record["seed"], directory, strategy, location,
+    context = Run(workflow, config, record["seed"], directory, None, location,
                   verbose=0, log=log)
     saved = directory / workflow.model_file
     if checkpoint is None and saved.exists():
         return context, keras.saving.load_model(saved), str(saved)
+    # NumPy checkpoints (a JAX run's) load on any backend; TensorFlow's on TensorFlow.
+    arrays = any((directory / "checkpoints").glob("ckpt-*.npz"))
+    if not arrays:
+        _check_backend(directory, record, f"read its checkpoints (or its {workflow.model_file})")
     keras.utils.set_random_seed(record["seed"])
     trained = workflow.build(context)
-    steps = StepCheckpoint(directory / "checkpoints", workflow.checkpoint_objects(trained))
-    path = steps.manager.latest_checkpoint if checkpoint in (None, "latest") else checkpoint
+    optimizer = getattr(trained, "optimizer", None)
+    if arrays and optimizer is not None and not optimizer.built:  # its slots are in the file
+        optimizer.build(trained.trainable_variables)
+    objects = workflow.checkpoint_objects(trained)
+    steps = ArrayCheckpoint(directory / "checkpoints", objects) if arrays else \
+        step_checkpoint(directory / "checkpoints", objects)
+    path = steps.latest() if checkpoint in (None, "latest") else checkpoint
     if path is None:
         raise FileNotFoundError(f"{directory} holds neither {workflow.model_file} nor a "
                                 "checkpoint")
-    steps.checkpoint.restore(path).expect_partial().assert_existing_objects_matched()
-    return (context, workflow.inference_model(context, trained),
-            f"{path} (step {int(steps.step.numpy())})")
+    step = steps.restore_path(path)
+    return context, workflow.inference_model(context, trained), f"{path} (step {step})"
 
 
 def evaluate_run(workflow, model_dir, checkpoint=None, output=None, data_dir=None,

@@ -47,9 +47,12 @@ class Run:
         config: the resolved config (a frozen dataclass).
         seed: the run's seed; batch k of the training stream is a function of (seed, k).
         directory: the run folder.
-        strategy: the ``tf.distribute`` strategy.
+        distribution: where it trains, a :class:`kctx.distribute.Distribution` (a
+            ``tf.distribute`` strategy or a ``keras.distribution.Distribution`` is
+            wrapped in one).
         data: the :class:`DataLocation`.
-        deterministic: whether TensorFlow runs single-threaded with op determinism.
+        deterministic: whether the run is bit-reproducible (single-threaded TensorFlow
+            with op determinism; single-threaded XLA on JAX).
         verbose: Keras progress-bar verbosity.
         log: called with one line per message.
     """
@@ -58,52 +61,52 @@ class Run:
     config: Any
     seed: int
     directory: pathlib.Path
-    strategy: Any
+    distribution: Any
     data: DataLocation = DataLocation()
     deterministic: bool = False
     verbose: int = 1
     log: Callable = print
 
+    def __post_init__(self):
+        from kctx.distribute import as_distribution
+
+        self.distribution = as_distribution(self.distribution)
+
+    @property
+    def strategy(self):
+        """The ``tf.distribute`` strategy (None on the JAX backend)."""
+        return self.distribution.strategy
+
     @property
     def replicas(self):
-        return self.strategy.num_replicas_in_sync
+        return self.distribution.replicas
 
     @property
     def chief(self):
-        from kctx.distribute import is_chief
-
-        return is_chief(self.strategy)
+        return self.distribution.chief
 
     @property
     def worker(self):
         """``(index, count)`` of this worker (``(0, 1)`` in a single process)."""
-        from kctx.distribute import worker_index
-
-        return worker_index(self.strategy)
+        return self.distribution.worker
 
     def sum_over_workers(self, value):
         """A NumPy array summed over the workers (the value itself in one process)."""
-        from kctx.distribute import sum_over_workers
-
-        return sum_over_workers(self.strategy, value)
+        return self.distribution.sum_over_workers(value)
 
     def dataset(self, dataset_fn):
-        """``dataset_fn(input_context)`` for ``fit`` / ``evaluate``: under several
+        """``dataset_fn(input_context)`` for ``fit`` / ``evaluate``
+        (:meth:`kctx.distribute.Distribution.dataset`): on TensorFlow under several
         replicas, per-replica batches from each input pipeline (one per host) through
-        ``strategy.distribute_datasets_from_function``; on one device
-        ``dataset_fn(None)``, global batches (a distributed dataset there makes
-        single-threaded runs differ in the last bit from run to run)."""
-        if self.replicas > 1:
-            return self.strategy.distribute_datasets_from_function(dataset_fn)
-        return dataset_fn(None)
+        ``strategy.distribute_datasets_from_function``; on JAX, global batches, or each
+        host's part of them; on one device ``dataset_fn(None)``, global batches."""
+        return self.distribution.dataset(dataset_fn)
 
     def keras_evaluate(self, model, dataset_fn):
         """``model.evaluate`` (a dict of scores) on :meth:`dataset` of ``dataset_fn``:
         with several hosts each input pipeline scores its shard."""
-        from kctx.training.runner import multi_worker_keras
-
         dataset = self.dataset(dataset_fn)
-        with multi_worker_keras(model, self.strategy, dataset):
+        with self.distribution.fitting(model, dataset):
             return model.evaluate(dataset, verbose=0, return_dict=True)
 
 
@@ -166,7 +169,7 @@ class Workflow:
 
     def build(self, run):
         """The compiled model (its optimizer's state is built by the runner), called in
-        the strategy scope."""
+        the distribution's scope."""
         raise NotImplementedError
 
     def train_data(self, run, start_step, input_context):
