@@ -219,6 +219,12 @@ class StrategyDistribution(Distribution):
 
     Args:
         strategy: the strategy (default: the current one, ``tf.distribute.get_strategy()``).
+
+    Example:
+
+    >>> distribution = StrategyDistribution(tf.distribute.MirroredStrategy())
+    >>> distribution.replicas, distribution.chief, distribution.devices
+    (2, True, ['/job:localhost/replica:0/task:0/device:GPU:0', ...])
     """
 
     backend = "tensorflow"
@@ -297,6 +303,13 @@ class JaxDistribution(Distribution):
     Args:
         devices: the JAX devices (default ``jax.devices()``: every device of every
             process), or a ``keras.distribution.Distribution`` to use as it is.
+
+    Example:
+
+    >>> distribution = JaxDistribution()        # DataParallel over every device
+    >>> with distribution.scope():
+    ...     model = build_model()
+    >>> model.fit(distribution.dataset(lambda context: batches(context)), ...)
     """
 
     backend = "jax"

@@ -104,7 +104,13 @@ XLA_DETERMINISTIC_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
 def deterministic_variables(environ=None):
     """The environment deterministic mode runs in: ``environ`` (default ``os.environ``)
     updated with :data:`DETERMINISTIC_ENVIRONMENT`, and on the JAX backend with
-    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``."""
+    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``.
+
+    Example:
+
+    >>> subprocess.run([sys.executable, "-m", "gan.train", "--deterministic"],
+    ...                env=deterministic_variables())
+    """
     environ = dict(os.environ if environ is None else environ)
     environ.update(DETERMINISTIC_ENVIRONMENT)
     if keras.backend.backend() == "jax":
