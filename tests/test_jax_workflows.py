@@ -219,7 +219,7 @@ def test_two_jax_processes_train_like_one_and_resume_after_kill(tmp_path):
     config with one input pipeline each; both are killed with SIGKILL after their first
     checkpoint, and a restart resumes from it. Their first step and finished run equal one
     process training over 2 devices (the tolerances of the TensorFlow two-worker test)."""
-    from workflow_runs import free_ports
+    from workflow_runs import free_ports, kill_when
 
     flags = ["--epochs", "2", "--batch-size", "1438", "--width-multiplier", "0.25",
              "--image-size", "8", "--eval-batch-size", "128", "--verbose", "0",
@@ -234,17 +234,8 @@ def test_two_jax_processes_train_like_one_and_resume_after_kill(tmp_path):
                                           KERAS_DISTRIBUTION_PROCESS_ID=str(index)))
                 for index in range(2)]
 
-    import signal
-    import time
-
-    killed = launch()
     first = tmp_path / "workers" / "checkpoints" / "ckpt-1.npz"
-    deadline = time.time() + 600
-    while time.time() < deadline and killed[0].poll() is None and not first.exists():
-        time.sleep(0.05)
-    for worker in killed:
-        worker.send_signal(signal.SIGKILL)
-    outputs = [finish(worker)[1] for worker in killed]
+    outputs = kill_when(launch(), first.exists)
     assert first.exists(), outputs[0][-3000:]
     assert not (tmp_path / "workers" / "results.json").exists()
     first_step = tmp_path / "first-step.npz"

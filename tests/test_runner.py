@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +14,8 @@ from kctx.training.runner import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
 from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, TINY, WEIGHTS_FILE, \
-    assert_same_update, environment, finish, free_ports, load_weights, start, tf_config
+    assert_same_update, environment, finish, free_ports, kill_when, load_weights, start, \
+    tf_config
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence")
 BACKENDS = ("tensorflow", "jax")
@@ -298,15 +298,8 @@ def test_two_workers_train_like_one_process_and_resume_after_kill(tmp_path):
                       env=environment(TF_CONFIG=tf_config(ports, index), **DETERMINISTIC))
                 for index in range(2)]
 
-    killed = launch()
     state = tmp_path / "workers" / "checkpoints" / "checkpoint"  # lists finished checkpoints
-    deadline = time.time() + 600
-    while time.time() < deadline and killed[0].poll() is None and not (
-            state.exists() and "ckpt-1" in state.read_text()):
-        time.sleep(0.05)
-    for worker in killed:
-        worker.send_signal(signal.SIGKILL)
-    outputs = [finish(worker)[1] for worker in killed]
+    outputs = kill_when(launch(), lambda: state.exists() and "ckpt-1" in state.read_text())
     assert "ckpt-1" in state.read_text(), outputs[0][-3000:]
     assert not (tmp_path / "workers" / "results.json").exists()
     for worker in launch():

@@ -70,6 +70,20 @@ def finish(process, timeout=900):
     return process.returncode, output
 
 
+def kill_when(processes, ready, timeout=600):
+    """SIGKILL every one of ``processes`` as soon as ``ready()`` holds (or the first exits,
+    or ``timeout`` seconds pass); returns their outputs."""
+    import signal
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and processes[0].poll() is None and not ready():
+        time.sleep(0.05)
+    for process in processes:
+        process.send_signal(signal.SIGKILL)
+    return [finish(process)[1] for process in processes]
+
+
 def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for item in sockets:

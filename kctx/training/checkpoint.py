@@ -294,10 +294,6 @@ class ArrayCheckpoint:
             pathlib.Path(old).unlink(missing_ok=True)
         return path
 
-    def callback(self, steps_per_epoch):
-        """A Keras callback saving at each epoch end (epoch e ends at step (e+1)·epoch length)."""
-        return _SaveAtEpochEnd(self, steps_per_epoch)
-
 
 def host_array(value):
     """A variable's value as a NumPy array on this host (a JAX array sharded over several
