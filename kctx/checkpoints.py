@@ -953,13 +953,16 @@ def read_torch(path, allowed_objects=()):
         ValueError: not a PyTorch checkpoint, a truncated or corrupt one, or a
             tensor dtype NumPy lacks (float8, quantized).
 
-    Example:
+    Examples:
+        With an mmsegmentation checkpoint at hand (not run in the doctests: no
+        checkpoint file ships with kctx; ``tests/test_checkpoints.py`` writes them):
 
-    >>> checkpoint = read_torch("fcn_r50.pth")
-    >>> checkpoint["state_dict"]["decode_head.conv_seg.weight"].shape
-    (21, 512, 1, 1)
-    >>> checkpoint["message_hub"]["log_scalars"]["train/loss"].state["_log_history"]
-    array([0.93, 0.71])
+        >>> checkpoint = read_torch("fcn_r50.pth")  # doctest: +SKIP
+        >>> checkpoint["state_dict"]["decode_head.conv_seg.weight"].shape  # doctest: +SKIP
+        (21, 512, 1, 1)
+        >>> history = checkpoint["message_hub"]["log_scalars"]["train/loss"]  # doctest: +SKIP
+        >>> history.state["_log_history"]  # doctest: +SKIP
+        array([0.93, 0.71])
     """
     path = _check_path(path)
     names = _check_allowed_objects(allowed_objects)
@@ -1039,11 +1042,12 @@ def torch_state_dict(path_or_object, allowed_objects=()):
         ValueError: no state dict found (the message names the top-level keys
             and why each candidate was rejected); the errors of :func:`read_torch`.
 
-    Example:
+    Examples:
+        With a checkpoint file at hand (not run in the doctests):
 
-    >>> weights = torch_state_dict("fcn_r50.pth")
-    >>> weights["backbone.conv1.weight"].shape
-    (64, 3, 7, 7)
+        >>> weights = torch_state_dict("fcn_r50.pth")  # doctest: +SKIP
+        >>> weights["backbone.conv1.weight"].shape  # doctest: +SKIP
+        (64, 3, 7, 7)
     """
     if isinstance(path_or_object, (str, bytes, os.PathLike)):
         where = f"path={os.fsdecode(os.fspath(path_or_object))!r}"

@@ -8,6 +8,11 @@ import pathlib
 
 import numpy as np
 
+__all__ = ["array_examples", "DatasetNotFoundError", "decode_rgb", "digits", "DIGITS_SPLIT_SEED",
+           "DIGITS_TRAIN_FRACTION", "indexed_batches", "replica_batches", "replica_slices",
+           "sharded_examples", "SHUFFLE_PERIOD", "streaming_batches", "tfds_dataset",
+           "tfds_encoded_examples", "tfds_image_examples"]
+
 DIGITS_TRAIN_FRACTION = 0.8
 DIGITS_SPLIT_SEED = 0
 
@@ -300,9 +305,12 @@ def streaming_batches(examples, preprocess, num_examples, batch_size, seed=0, st
             augmentation can use stateless ops keyed on ``(seed, index)`` and
             stay reproducible across resumes.
         num_examples: examples per epoch.
-        batch_size, seed, start_step, transform, input_context: as
-            :func:`indexed_batches`. With an ``input_context`` the other
-            pipelines' examples are dropped before ``preprocess``, so each
+        batch_size: as :func:`indexed_batches`.
+        seed: as :func:`indexed_batches`.
+        start_step: as :func:`indexed_batches`.
+        transform: as :func:`indexed_batches`.
+        input_context: as :func:`indexed_batches`. With an ``input_context`` the
+            other pipelines' examples are dropped before ``preprocess``, so each
             host decodes and augments only its own slices.
         shuffle_buffer: examples in the shuffle buffer.
     """

@@ -25,6 +25,9 @@ import numpy as np
 
 from kctx.validation import check_choice
 
+__all__ = ["artifact_size", "export_model", "ExportError", "float32_model", "float_layer_names",
+           "FORMATS", "LITERT_INPUT_NAMES", "load_artifact", "QUANTIZATIONS", "SUFFIXES"]
+
 FORMATS = ("tf_saved_model", "onnx", "litert")
 QUANTIZATIONS = ("none", "dynamic", "int8")
 SUFFIXES = {"tf_saved_model": "", "onnx": ".onnx", "litert": ".tflite"}
@@ -185,13 +188,16 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         ExportError: the format's runtime cannot run a layer of the model; the
             message names the layer, its class and the operation.
 
-    Example:
-
-    >>> inputs = keras.Input((8, 8, 16))
-    >>> model = keras.Model(inputs, context_block("ham_nmf", rank=4)(inputs))
-    >>> export_model(model, "ham.onnx", format="onnx")
-    'ham.onnx'
-    >>> load_artifact("ham.onnx", "onnx")(x)  # == model.predict(x) to float32 rounding
+    Examples:
+        >>> from kctx.layers import context_block
+        >>> inputs = keras.Input((8, 8, 16))
+        >>> model = keras.Model(inputs, context_block("ham_nmf", rank=4, seed=0)(inputs))
+        >>> export_model(model, "ham.onnx", format="onnx")
+        'ham.onnx'
+        >>> x = np.random.default_rng(0).standard_normal((2, 8, 8, 16)).astype("float32")
+        >>> onnx_outputs = load_artifact("ham.onnx", "onnx")(x)
+        >>> np.allclose(onnx_outputs, model.predict(x, verbose=0), rtol=1e-4, atol=1e-4)
+        True
     """
     check_choice("format", format, FORMATS)
     check_choice("quantize", quantize, QUANTIZATIONS)

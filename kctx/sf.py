@@ -15,6 +15,8 @@ import numpy as np
 
 from kctx.ops.chord import chord_num_factors, chord_product_matmul, chord_width
 
+__all__ = ["fit", "matched_rank", "product", "sf_nonzeros", "SFResult", "tsvd"]
+
 
 @dataclasses.dataclass
 class SFResult:

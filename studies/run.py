@@ -31,6 +31,8 @@ from kctx.training.cli import positive_int
 from studies.definitions import STUDIES, get_study
 from studies.study import CELL_FILE, parse_seeds
 
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+
 DEFAULT_RUNS_DIR = "runs/studies"
 
 
@@ -105,7 +107,10 @@ def run_cell(study, arm, seed, runs_dir, python=None):
     previous = (json.loads((directory / CELL_FILE).read_text())
                 if (directory / CELL_FILE).exists() else None)
     resumed = previous["resumed"] if previous else (directory / "run.json").exists()
-    environment = {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    environment = {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2",
+                   # the workflow packages are in the checkout, not installed: from any folder
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY),
+                                                               os.environ.get("PYTHONPATH")]))}
     steps = [("train", study.train_command(arm, seed, directory))]
     steps += [(f"evaluation-{e.name}", study.evaluate_command(e, directory))
               for e in study.evaluations_of(arm)]

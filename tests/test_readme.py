@@ -23,8 +23,14 @@ def test_exactly_two_setup_commands_and_ci_runs_the_second():
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
 
+def test_readme_is_short_and_links_only_existing_pages():
+    assert len(README.splitlines()) <= 200
+    for target in re.findall(r"\]\((docs/[^)#]+)", README):
+        assert (ROOT / target).is_file(), target
+
+
 def test_example_builds_and_trains():
-    example, _ = _blocks("python")
+    (example,) = _blocks("python")
     assert len(example.strip().splitlines()) <= 10
     namespace = {}
     exec(example, namespace)  # noqa: S102 - the README's own code
@@ -36,10 +42,14 @@ def test_example_builds_and_trains():
 
 
 def test_export_example_runs_on_the_example_model(tmp_path, monkeypatch):
+    """docs/shipping.md's export example, on the README's model: the ONNX artifact computes
+    what the model computes."""
     import pytest
 
     pytest.importorskip("onnxruntime")
-    example, export = _blocks("python")
+    (example,) = _blocks("python")
+    shipping = (ROOT / "docs" / "shipping.md").read_text()
+    export = re.findall(r"```python\n(.*?)```", shipping, flags=re.S)[1]
     namespace = {}
     exec(example, namespace)  # noqa: S102 - the README's own code
     monkeypatch.chdir(tmp_path)

@@ -40,10 +40,9 @@ def other_load(before, after):
     """CPU share (% of all cores) used by other processes, and stolen by the hypervisor,
     between two :func:`cpu_jiffies` readings.
 
-    Example:
-
-    >>> other_load((100, 1000, 0, 40), (160, 1100, 1, 80))
-    {'others_cpu_pct': 20.0, 'steal_pct': 1.0}
+    Examples:
+        >>> other_load((100, 1000, 0, 40), (160, 1100, 1, 80))
+        {'others_cpu_pct': 20.0, 'steal_pct': 1.0}
     """
     busy, total, steal, own = (b - a for a, b in zip(before, after))
     if total <= 0:

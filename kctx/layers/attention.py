@@ -171,7 +171,8 @@ _SHARED_ARGS = """num_heads: heads splitting the channels (4 in KANets); must di
             starting at that value (0: the block starts as the identity, as
             SAGAN's γ).
         use_bias: biases on the linear transforms.
-        norm_momentum, norm_epsilon: of the score batch normalisation.
+        norm_momentum: momentum of the score batch normalisation.
+        norm_epsilon: epsilon of the score batch normalisation.
         kernel_initializer: of the linear transforms (Xavier, as the paper).
         kernel_regularizer: of the linear transforms.
         data_format: must resolve to ``"channels_last"``.
@@ -202,11 +203,10 @@ class Attention2D(GlobalAttention2D):
             ``None``.
         training: batch statistics of the score normalisation when True.
 
-    Example:
-
-    >>> layer = Attention2D(num_heads=4, pool_size=2)
-    >>> layer(keras.random.normal((2, 8, 8, 16))).shape
-    (2, 8, 8, 16)
+    Examples:
+        >>> layer = Attention2D(num_heads=4, pool_size=2)
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 16))).shape)
+        (2, 8, 8, 16)
 
     Reference:
         Gao, Wang & Ji, "Kronecker Attention Networks", KDD 2020, Sec. 2.1–2.2

@@ -101,13 +101,12 @@ def context_block(name, /, recipe=None, channels=None, **kwargs):
         A ``keras.layers.Layer``: image blocks map (B, H, W, C) to (B, H, W, C),
         sequence blocks (``psf``) map (B, n, C) to (B, n, C').
 
-    Example:
-
-    >>> block = context_block("ham_nmf", rank=8)
-    >>> block(keras.random.normal((2, 8, 8, 64))).shape
-    (2, 8, 8, 64)
-    >>> context_block("ham_nmf", recipe="gan", channels=64).rank
-    8
+    Examples:
+        >>> block = context_block("ham_nmf", rank=8)
+        >>> tuple(block(keras.random.normal((2, 8, 8, 64))).shape)
+        (2, 8, 8, 64)
+        >>> context_block("ham_nmf", recipe="gan", channels=64).rank
+        8
     """
     try:
         factory = _REGISTRY[name]

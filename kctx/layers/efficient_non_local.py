@@ -26,18 +26,18 @@ class EfficientNonLocal2D(ProjectionMixin, keras.layers.Layer):
         value_dim: width of values (default C // 2, at least 1).
         num_heads: heads (must divide key_dim and value_dim).
         use_bias: biases in the four projections (Shen et al. use them).
-        kernel_initializer, kernel_regularizer: of the projections.
+        kernel_initializer: initializer of the projections' kernels.
+        kernel_regularizer: regularizer of the projections' kernels.
         data_format: must resolve to ``"channels_last"``.
         **kwargs: base layer arguments.
 
     Call arguments:
         inputs: (batch, height, width, channels); height and width may be ``None``.
 
-    Example:
-
-    >>> layer = EfficientNonLocal2D(num_heads=2)
-    >>> layer(keras.random.normal((2, 8, 8, 16))).shape
-    (2, 8, 8, 16)
+    Examples:
+        >>> layer = EfficientNonLocal2D(num_heads=2)
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 16))).shape)
+        (2, 8, 8, 16)
 
     Reference:
         Shen et al., "Efficient Attention: Attention with Linear

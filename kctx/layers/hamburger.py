@@ -155,12 +155,11 @@ class Hamburger(keras.layers.Layer):
     C·DᵀD + eps, which int8 rounds to zero (LiteRT stops with "DIV failed to
     invoke"), and K iterations would compound the rounding.
 
-    Example:
-
-    >>> inputs = keras.Input((None, None, 64))
-    >>> x = keras.layers.Conv2D(64, 3, padding="same")(inputs)
-    >>> x = Hamburger(rank=8, steps=6, method="nmf")(x)
-    >>> model = keras.Model(inputs, x)
+    Examples:
+        >>> inputs = keras.Input((None, None, 64))
+        >>> x = keras.layers.Conv2D(64, 3, padding="same")(inputs)
+        >>> x = Hamburger(rank=8, steps=6, method="nmf")(x)
+        >>> model = keras.Model(inputs, x)
 
     Reference:
         Geng, Guo, Chen, Li, Wei, Lin. "Is Attention Better Than Matrix
@@ -547,11 +546,10 @@ def set_hamburger_eval_steps(model, eval_steps):
     Returns:
         The number of Hamburger layers changed.
 
-    Example:
-
-    >>> model = keras.Sequential([keras.Input((8, 8, 16)), Hamburger(rank=4, seed=0)])
-    >>> set_hamburger_eval_steps(model, 12)
-    1
+    Examples:
+        >>> model = keras.Sequential([keras.Input((8, 8, 16)), Hamburger(rank=4, seed=0)])
+        >>> set_hamburger_eval_steps(model, 12)
+        1
     """
     check_positive_int("eval_steps", eval_steps, allow_none=True)
     hamburgers = [layer for layer in model._flatten_layers(include_self=True)

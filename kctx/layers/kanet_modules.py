@@ -142,8 +142,9 @@ _ARGS = """expansion: r; the module's inner width is r·c for c input channels.
         attention: (Attn modules) ``"kv"``, ``"qkv"`` (KAO), ``"attn"`` or
             ``"attn_pool"``; ignored by Base modules.
         num_heads: heads of the attention operator (4 in KANets).
-        norm_momentum, norm_epsilon: of the batch normalisations (the attention's
+        norm_momentum: momentum of the batch normalisations (the attention's
             score normalisation included).
+        norm_epsilon: epsilon of the batch normalisations.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -166,10 +167,9 @@ class BaseModule(_KANetModule):
     Args:
         """ + _ARGS + """
 
-    Example:
-
-    >>> BaseModule(6, 24, strides=2)(keras.random.normal((2, 16, 16, 16))).shape
-    (2, 8, 8, 24)
+    Examples:
+        >>> tuple(BaseModule(6, 24, strides=2)(keras.random.normal((2, 16, 16, 16))).shape)
+        (2, 8, 8, 24)
     """
 
 
@@ -185,10 +185,9 @@ class BaseSkipModule(_KANetModule):
     Args:
         """ + _ARGS + """
 
-    Example:
-
-    >>> BaseSkipModule(6, 32)(keras.random.normal((2, 8, 8, 32))).shape
-    (2, 8, 8, 32)
+    Examples:
+        >>> tuple(BaseSkipModule(6, 32)(keras.random.normal((2, 8, 8, 32))).shape)
+        (2, 8, 8, 32)
     """
 
     _concat_input = True
@@ -207,10 +206,9 @@ class AttnModule(_KANetModule):
     Args:
         """ + _ARGS + """
 
-    Example:
-
-    >>> AttnModule(6, 32, attention="kv")(keras.random.normal((2, 8, 8, 32))).shape
-    (2, 8, 8, 32)
+    Examples:
+        >>> tuple(AttnModule(6, 32, attention="kv")(keras.random.normal((2, 8, 8, 32))).shape)
+        (2, 8, 8, 32)
     """
 
     _attention_path = True
@@ -227,10 +225,9 @@ class AttnSkipModule(_KANetModule):
     Args:
         """ + _ARGS + """
 
-    Example:
-
-    >>> AttnSkipModule(6, 64, attention="qkv")(keras.random.normal((2, 7, 7, 64))).shape
-    (2, 7, 7, 64)
+    Examples:
+        >>> tuple(AttnSkipModule(6, 64, attention="qkv")(keras.random.normal((2, 7, 7, 64))).shape)
+        (2, 7, 7, 64)
     """
 
     _attention_path = True

@@ -35,11 +35,10 @@ class KroneckerAttention2D(GlobalAttention2D):
             ``None``.
         training: batch statistics of the score normalisation when True.
 
-    Example:
-
-    >>> layer = KroneckerAttention2D(mode="qkv", num_heads=4)
-    >>> layer(keras.random.normal((2, 14, 14, 32))).shape
-    (2, 14, 14, 32)
+    Examples:
+        >>> layer = KroneckerAttention2D(mode="qkv", num_heads=4)
+        >>> tuple(layer(keras.random.normal((2, 14, 14, 32))).shape)
+        (2, 14, 14, 32)
 
     Reference:
         Gao, Wang & Ji, "Kronecker Attention Networks", KDD 2020, Eq. 1–3,

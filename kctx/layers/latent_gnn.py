@@ -31,7 +31,8 @@ class LatentGNN2D(keras.layers.Layer):
         latent_dim: d, the number of latent nodes.
         channel_stride: channel reduction factor of the two reductions.
         norm_momentum: momentum of the batch normalisations.
-        kernel_initializer, kernel_regularizer: of the 1×1 convolutions.
+        kernel_initializer: initializer of the kernels of the 1×1 convolutions.
+        kernel_regularizer: regularizer of the kernels of the 1×1 convolutions.
         data_format: must resolve to ``"channels_last"``.
         **kwargs: base layer arguments.
 
@@ -39,11 +40,10 @@ class LatentGNN2D(keras.layers.Layer):
         inputs: (batch, height, width, channels); height and width may be ``None``.
         training: batch-normalisation mode.
 
-    Example:
-
-    >>> layer = LatentGNN2D(latent_dim=8)
-    >>> layer(keras.random.normal((2, 8, 8, 16))).shape
-    (2, 8, 8, 16)
+    Examples:
+        >>> layer = LatentGNN2D(latent_dim=8)
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 16))).shape)
+        (2, 8, 8, 16)
 
     Reference:
         Zhang, Yan & He, "LatentGNN: Learning Efficient Non-local Relations

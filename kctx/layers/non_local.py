@@ -33,7 +33,8 @@ class NonLocal2D(ProjectionMixin, keras.layers.Layer):
         pool_size: optional int or pair; max-pool φ and g with this window and stride.
         use_bias: biases in θ, φ, g and W_z (Wang et al. use them).
         norm_momentum: momentum of the output batch normalisation.
-        kernel_initializer, kernel_regularizer: of the four projections.
+        kernel_initializer: initializer of the kernels of the four projections.
+        kernel_regularizer: regularizer of the kernels of the four projections.
         data_format: must resolve to ``"channels_last"``.
         **kwargs: base layer arguments.
 
@@ -41,11 +42,10 @@ class NonLocal2D(ProjectionMixin, keras.layers.Layer):
         inputs: (batch, height, width, channels); height and width may be ``None``.
         training: batch-normalisation mode.
 
-    Example:
-
-    >>> layer = NonLocal2D()
-    >>> layer(keras.random.normal((2, 8, 8, 16))).shape
-    (2, 8, 8, 16)
+    Examples:
+        >>> layer = NonLocal2D()
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 16))).shape)
+        (2, 8, 8, 16)
 
     Reference:
         Wang et al., "Non-local Neural Networks", CVPR 2018, Eq. 1–3 (embedded

@@ -39,11 +39,10 @@ class PolyNL(keras.layers.Layer):
     Call arguments:
         inputs: (batch, height, width, channels); height and width may be ``None``.
 
-    Example:
-
-    >>> layer = PolyNL()
-    >>> layer(keras.random.normal((2, 8, 8, 16))).shape
-    (2, 8, 8, 16)
+    Examples:
+        >>> layer = PolyNL()
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 16))).shape)
+        (2, 8, 8, 16)
 
     Reference:
         Babiloni et al., "Poly-NL: Linear Complexity Non-local Layers with

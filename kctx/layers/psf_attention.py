@@ -52,17 +52,17 @@ class PSFAttention(keras.layers.Layer):
         value_units: channels of V and of the output (default: the input's).
         residual: ``"factor"`` (add V after every factor, the authors'
             code), ``"output"`` (add V once, to A V) or ``None``.
-        kernel_initializer, kernel_regularizer: of the MLPs' Dense layers.
+        kernel_initializer: initializer of the kernels of the MLPs' Dense layers.
+        kernel_regularizer: regularizer of the kernels of the MLPs' Dense layers.
         **kwargs: base layer arguments.
 
     Call arguments:
         inputs: (batch, n, channels); n must be known when the layer is built.
 
-    Example:
-
-    >>> layer = PSFAttention(hidden_units=16, value_units=8)
-    >>> layer(keras.random.normal((2, 100, 32))).shape
-    (2, 100, 8)
+    Examples:
+        >>> layer = PSFAttention(hidden_units=16, value_units=8)
+        >>> tuple(layer(keras.random.normal((2, 100, 32))).shape)
+        (2, 100, 8)
 
     Reference:
         Khalitov, Yu, Cheng & Yang, "Sparse Factorization of Large Square

@@ -14,18 +14,15 @@ class ResizeToMatch(keras.layers.Layer):
     several sizes to one model); half-pixel centres, no antialiasing
     (:func:`kctx.ops.resize_bilinear`: PyTorch's ``align_corners=False``). Computes
     in the layer's dtype (``dtype="float32"`` for logits under mixed precision).
-
-    Args:
-        **kwargs: base layer arguments (``name``, ``dtype``).
+    It takes only the base layer's arguments (``name``, ``dtype``).
 
     Call arguments:
         inputs: ``[x, reference]``, both channels-last.
 
-    Example:
-
-    >>> x, reference = keras.ops.ones((2, 3, 5, 4)), keras.ops.zeros((2, 12, 20, 3))
-    >>> tuple(ResizeToMatch()([x, reference]).shape)
-    (2, 12, 20, 4)
+    Examples:
+        >>> x, reference = keras.ops.ones((2, 3, 5, 4)), keras.ops.zeros((2, 12, 20, 3))
+        >>> tuple(ResizeToMatch()([x, reference]).shape)
+        (2, 12, 20, 4)
 
     Reference:
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR

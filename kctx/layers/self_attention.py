@@ -46,11 +46,10 @@ class SelfAttention2D(ProjectionMixin, keras.layers.Layer):
         inputs: (batch, height, width, channels); height and width may be
             ``None``.
 
-    Example:
-
-    >>> layer = SelfAttention2D(key_dim=8, value_dim=32)
-    >>> layer(keras.random.normal((2, 8, 8, 64))).shape
-    (2, 8, 8, 64)
+    Examples:
+        >>> layer = SelfAttention2D(key_dim=8, value_dim=32)
+        >>> tuple(layer(keras.random.normal((2, 8, 8, 64))).shape)
+        (2, 8, 8, 64)
 
     Reference:
         Vaswani et al., "Attention Is All You Need", 2017 (Eq. 3 of Geng et

@@ -11,10 +11,9 @@ class PrependToken(keras.layers.Layer):
     """Prepends one learned token (a [CLS] embedding, initialised to zeros) to a
     (batch, n, d) sequence: (batch, n + 1, d).
 
-    Example:
-
-    >>> PrependToken()(keras.random.normal((2, 5, 8))).shape
-    (2, 6, 8)
+    Examples:
+        >>> tuple(PrependToken()(keras.random.normal((2, 5, 8))).shape)
+        (2, 6, 8)
     """
 
     def build(self, input_shape):
@@ -37,10 +36,9 @@ class PositionEmbedding(keras.layers.Layer):
     Args:
         initializer: of the (n, d) position embeddings.
 
-    Example:
-
-    >>> PositionEmbedding()(keras.random.normal((2, 5, 8))).shape
-    (2, 5, 8)
+    Examples:
+        >>> tuple(PositionEmbedding()(keras.random.normal((2, 5, 8))).shape)
+        (2, 5, 8)
     """
 
     def __init__(self, initializer="glorot_uniform", **kwargs):

@@ -36,11 +36,14 @@ class Float64Sums:
         host: whether they are NumPy arrays; :meth:`cast` and :attr:`ops` then give
             NumPy float64 values and functions, else ``keras.ops`` float64 tensors.
 
-    Example:
-
-    >>> sums = Float64Sums(self, {"total": (), "count": ()})
-    >>> sums.add("total", sums.ops.sum(sums.cast(values)))
-    >>> sums.value("total") / sums.value("count")
+    Examples:
+        >>> metric = keras.metrics.Metric(name="mean64")
+        >>> sums = Float64Sums(metric, {"total": (), "count": ()})
+        >>> values = np.array([0.1, 0.2, 0.3], "float32")
+        >>> sums.add("total", sums.ops.sum(sums.cast(values)))
+        >>> sums.add("count", sums.cast(len(values)))
+        >>> round(float(sums.value("total") / sums.value("count")), 6)
+        0.2
     """
 
     def __init__(self, metric, shapes, host=None):

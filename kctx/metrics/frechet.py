@@ -26,8 +26,10 @@ def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
     """Fréchet distance between N(mu1, sigma1) and N(mu2, sigma2).
 
     Args:
-        mu1, mu2: mean vectors (D,).
-        sigma1, sigma2: covariance matrices (D, D).
+        mu1: mean vector (D,) of the first distribution.
+        sigma1: covariance matrix (D, D) of the first distribution.
+        mu2: mean vector (D,) of the second distribution.
+        sigma2: covariance matrix (D, D) of the second distribution.
         eps: diagonal offset added to both covariances when the matrix square
             root of their product is ill-conditioned (SciPy warns that the
             product is singular) or not finite, e.g. with fewer samples than
@@ -136,12 +138,16 @@ class FrechetInceptionDistance(keras.metrics.Metric):
             ``None`` uses the Keras / kctx cache.
         name: metric name; defaults to ``"fid"`` or ``"fcd"``.
 
-    Example:
-
-    >>> fid = FrechetInceptionDistance(extractor=my_feature_model, value_range=(-1, 1))
-    >>> for real, fake in batches:
-    ...     fid.update_state(real, fake)
-    >>> fid.result()
+    Examples:
+        >>> features = keras.Sequential([keras.Input((32, 32, 3)),
+        ...                              keras.layers.GlobalAveragePooling2D()])
+        >>> fid = FrechetInceptionDistance(extractor=features, value_range=(-1, 1))
+        >>> rng = np.random.default_rng(0)
+        >>> for _ in range(4):  # batches of real and generated images in [-1, 1]
+        ...     real = rng.uniform(-1, 1, (16, 32, 32, 3)).astype("float32")
+        ...     fid.update_state(real, np.clip(real + 0.5, -1, 1))
+        >>> float(fid.result()) > 0
+        True
 
     Reference:
         Heusel et al., "GANs Trained by a Two Time-Scale Update Rule Converge

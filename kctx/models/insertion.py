@@ -67,12 +67,11 @@ def insert_context_block(model, after, block="poly_nl", name=None, **block_kwarg
         The new ``keras.Model``; it trains with ``fit`` and round-trips through
         ``.keras`` files when its blocks are serializable (all kctx layers are).
 
-    Example:
-
-    >>> base = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
-    >>> net = insert_context_block(base, resnet50_positions("res4"), "poly_nl")
-    >>> net.get_layer("poly_nl_after_conv4_block5_out").output.shape
-    (None, 4, 4, 1024)
+    Examples:
+        >>> base = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
+        >>> net = insert_context_block(base, resnet50_positions("res4"), "poly_nl")
+        >>> net.get_layer("poly_nl_after_conv4_block5_out").output.shape
+        (None, 4, 4, 1024)
     """
     positions = [after] if isinstance(after, str) else list(after)
     if not positions or len(set(positions)) != len(positions):

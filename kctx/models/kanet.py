@@ -98,11 +98,10 @@ def kanet(variant="kv", num_classes=1000, input_shape=(224, 224, 3), width_multi
     Returns:
         A functional ``keras.Model`` returning logits.
 
-    Example:
-
-    >>> model = kanet("kv", num_classes=10, input_shape=(32, 32, 3))
-    >>> model.output_shape
-    (None, 10)
+    Examples:
+        >>> model = kanet("kv", num_classes=10, input_shape=(32, 32, 3))
+        >>> model.output_shape
+        (None, 10)
 
     Reference:
         Gao, Wang & Ji, "Kronecker Attention Networks", KDD 2020, Table 6,
@@ -136,7 +135,7 @@ def mobilenet_v2_kao(attention="kv", num_classes=1000, input_shape=(224, 224, 3)
 
     Args:
         attention: ``"kv"``, ``"qkv"``, ``"attn"`` or ``"attn_pool"``.
-        Others as :func:`kanet`.
+        num_classes: as :func:`kanet`; so are the other arguments.
     """
     return _network(BaseModule, AttnModule, attention, num_classes, input_shape,
                     width_multiplier, dropout_rate, include_top, name, output_stride,

@@ -73,12 +73,11 @@ class PaddedMaxPooling2D(keras.layers.Layer):
     Call arguments:
         inputs: (B, H, W, C); H and W may be unknown until run time.
 
-    Example:
-
-    >>> x = keras.ops.reshape(keras.ops.arange(16.0), (1, 4, 4, 1))
-    >>> keras.ops.convert_to_numpy(PaddedMaxPooling2D(3, 2, 1)(x))[0, :, :, 0]
-    array([[ 5.,  7.],
-           [13., 15.]], dtype=float32)
+    Examples:
+        >>> x = keras.ops.reshape(keras.ops.arange(16.0), (1, 4, 4, 1))
+        >>> keras.ops.convert_to_numpy(PaddedMaxPooling2D(3, 2, 1)(x))[0, :, :, 0]
+        array([[ 5.,  7.],
+               [13., 15.]], dtype=float32)
 
     Reference:
         He et al., "Deep Residual Learning for Image Recognition", CVPR 2016
@@ -136,12 +135,11 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
         A ``keras.layers.Rescaling`` with a scale and an offset per channel
         (3 channels, last axis).
 
-    Example:
-
-    >>> layer = torchvision_normalization((0.0, 255.0))
-    >>> x = keras.ops.convert_to_tensor([[[[123.675, 116.28, 103.53]]]])
-    >>> [round(float(v), 4) for v in keras.ops.ravel(layer(x))]
-    [0.0, 0.0, 0.0]
+    Examples:
+        >>> layer = torchvision_normalization((0.0, 255.0))
+        >>> x = keras.ops.convert_to_tensor([[[[123.675, 116.28, 103.53]]]])
+        >>> [round(float(v), 4) for v in keras.ops.ravel(layer(x))]
+        [0.0, 0.0, 0.0]
 
     Reference:
         torchvision's ImageNet weights ("transforms": ``Normalize(mean=[0.485,
@@ -230,17 +228,16 @@ def dilated_resnet(depth=50, output_stride=8, weights=None, input_shape=(None, N
         :data:`IMAGENET_STD`; :func:`torchvision_normalization`) to res5
         features (B, ⌈H / os⌉, ⌈W / os⌉, 32 × width), i.e. 2048 channels.
 
-    Example:
+    Examples:
+        >>> model = dilated_resnet(50, output_stride=16, input_shape=(64, 64, 3))
+        >>> model.output_shape
+        (None, 4, 4, 2048)
 
-    >>> model = dilated_resnet(50, output_stride=16, input_shape=(64, 64, 3))
-    >>> model.output_shape
-    (None, 4, 4, 2048)
+        With torchvision's ImageNet weights, on images in [-1, 1]::
 
-    With torchvision's ImageNet weights, on images in [-1, 1]::
-
-        backbone = dilated_resnet(101, 8, weights="resnet101-63fe2227.pth")
-        images = keras.Input((None, None, 3))
-        features = backbone(torchvision_normalization((-1, 1))(images))
+            backbone = dilated_resnet(101, 8, weights="resnet101-63fe2227.pth")
+            images = keras.Input((None, None, 3))
+            features = backbone(torchvision_normalization((-1, 1))(images))
 
     Reference:
         He et al., "Deep Residual Learning for Image Recognition", CVPR 2016;

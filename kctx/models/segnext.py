@@ -74,10 +74,9 @@ class LayerScale(keras.layers.Layer):
     Call arguments:
         inputs: (..., C).
 
-    Example:
-
-    >>> keras.ops.convert_to_numpy(LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3))))[0, 0, 0]
-    array([0.5, 0.5, 0.5], dtype=float32)
+    Examples:
+        >>> keras.ops.convert_to_numpy(LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3))))[0, 0, 0]
+        array([0.5, 0.5, 0.5], dtype=float32)
 
     Reference:
         Touvron et al., "Going deeper with Image Transformers", ICCV 2021.
@@ -119,10 +118,9 @@ class PadToMultiple(keras.layers.Layer):
     Call arguments:
         inputs: (B, H, W, C); H and W may be unknown until run time.
 
-    Example:
-
-    >>> tuple(PadToMultiple(32)(keras.ops.ones((1, 70, 90, 3))).shape)
-    (1, 96, 96, 3)
+    Examples:
+        >>> tuple(PadToMultiple(32)(keras.ops.ones((1, 70, 90, 3))).shape)
+        (1, 96, 96, 3)
     """
 
     def __init__(self, size_divisor=SIZE_DIVISOR, **kwargs):
@@ -169,11 +167,10 @@ class UpsampleLogits(keras.layers.Layer):
     Call arguments:
         inputs: ``[logits (B, h, w, K), images (B, H, W, C)]``.
 
-    Example:
-
-    >>> logits, images = keras.ops.ones((1, 12, 12, 5)), keras.ops.ones((1, 70, 90, 3))
-    >>> tuple(UpsampleLogits(32)([logits, images]).shape)
-    (1, 70, 90, 5)
+    Examples:
+        >>> logits, images = keras.ops.ones((1, 12, 12, 5)), keras.ops.ones((1, 70, 90, 3))
+        >>> tuple(UpsampleLogits(32)([logits, images]).shape)
+        (1, 70, 90, 5)
     """
 
     def __init__(self, size_divisor=SIZE_DIVISOR, **kwargs):
@@ -313,7 +310,9 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
             their ImageNet classifier ``head.*`` is skipped), a SegNeXt checkpoint (its
             backbone), or a Keras ``.weights.h5``. See :func:`load_segnext_weights`.
         input_shape: (H, W, 3) of the ImageNet-normalised input; H and W may be None.
-        embed_dims, depths, mlp_ratios: per stage; override the variant's.
+        embed_dims: channels per stage; overrides the variant's.
+        depths: blocks per stage; overrides the variant's.
+        mlp_ratios: MLP expansion per stage; overrides the variant's.
         drop_rate: dropout in the MLPs (0 in every official config).
         drop_path_rate: the last block's stochastic depth (the variant's by default).
         synchronized_batch_norm: all-reduce batch statistics across replicas (SyncBN).
@@ -323,11 +322,10 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
         A functional ``keras.Model`` from (B, H, W, 3) to the list of the four stages'
         features, (B, ⌈H/4⌉, ⌈W/4⌉, C₁) ... (B, ⌈H/32⌉, ⌈W/32⌉, C₄).
 
-    Example:
-
-    >>> backbone = mscan("t")
-    >>> [tuple(f.shape) for f in backbone(keras.ops.zeros((1, 64, 64, 3)))]
-    [(1, 16, 16, 32), (1, 8, 8, 64), (1, 4, 4, 160), (1, 2, 2, 256)]
+    Examples:
+        >>> backbone = mscan("t")
+        >>> [tuple(f.shape) for f in backbone(keras.ops.zeros((1, 64, 64, 3)))]
+        [(1, 16, 16, 32), (1, 8, 8, 64), (1, 4, 4, 160), (1, 2, 2, 256)]
 
     Reference:
         Guo, Lu, Hou, Liu, Cheng, Hu. "SegNeXt: Rethinking Convolutional Attention
@@ -440,8 +438,9 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
             an MSCAN ImageNet checkpoint (the backbone only; the head keeps its
             initialisation). PyTorch is not needed and nothing pickled is executed.
         input_shape: (H, W, 3); H and W may be None.
-        channels, ham_channels: the head's widths (the variant's by default:
+        channels: the head's output width (the variant's by default:
             :data:`HEAD_CHANNELS`).
+        ham_channels: the Hamburger's width d (the variant's by default).
         rank: r of the NMF; default 16 (mmseg's configs), or 64 when ``weights`` is
             an original-repository checkpoint of variant B or L (its configs' r).
         dropout_rate: the head's channel dropout.
@@ -460,11 +459,10 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
         A functional ``keras.Model``: (B, H, W, 3) RGB 0–255 → float32 logits
         (B, H, W, num_classes); its ``backbone`` layer is the :func:`mscan` model.
 
-    Example:
-
-    >>> model = segnext("t", num_classes=19)
-    >>> tuple(model(keras.ops.zeros((1, 70, 90, 3))).shape)
-    (1, 70, 90, 19)
+    Examples:
+        >>> model = segnext("t", num_classes=19)
+        >>> tuple(model(keras.ops.zeros((1, 70, 90, 3))).shape)
+        (1, 70, 90, 19)
 
     Reference:
         Guo et al., "SegNeXt: Rethinking Convolutional Attention Design for Semantic

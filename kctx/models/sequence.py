@@ -59,24 +59,24 @@ def psf_sequence_model(seq_len, input_dim=None, vocab_size=None, outputs=1, pool
 
     Args:
         seq_len: n (fixed).
-        input_dim / vocab_size: exactly one; inputs (batch, n, input_dim) floats
-            or (batch, n) int token ids.
+        input_dim: inputs (batch, n, input_dim) floats; give this or ``vocab_size``.
+        vocab_size: inputs (batch, n) int token ids; give this or ``input_dim``.
         outputs: head units (1 for regression, the classes for classification).
         embed_dim: d of the embedding E.
-        value_units, hidden_units, num_factors, residual: of each
-            :class:`kctx.layers.PSFAttention` (V channels, MLP width, M, the
-            residual placement).
+        value_units: V channels of each :class:`kctx.layers.PSFAttention`.
+        hidden_units: MLP width of each :class:`kctx.layers.PSFAttention`.
+        num_factors: M of each :class:`kctx.layers.PSFAttention`.
+        residual: the residual placement of each :class:`kctx.layers.PSFAttention`.
         positions: add a learned position embedding (the authors use one for
             token tasks and none for Adding, whose flattening head already
             knows the positions).
         dropout_rate: after the embedding, after each block and before the head.
         output_activation: of the head (logits by default).
 
-    Example:
-
-    >>> model = psf_sequence_model(1024, input_dim=2)
-    >>> model.output_shape
-    (None, 1)
+    Examples:
+        >>> model = psf_sequence_model(1024, input_dim=2)
+        >>> model.output_shape
+        (None, 1)
     """
     check_positive_int("num_blocks", num_blocks)
     inputs, x = _embed(seq_len, input_dim, vocab_size, embed_dim, pooling, positions,
@@ -110,7 +110,7 @@ def transformer_sequence_model(seq_len, input_dim=None, vocab_size=None, outputs
         ffn_units: the MLP's hidden width (default embed_dim, as the authors').
         positions: add a learned position embedding (the authors use one for
             token tasks; self-attention itself is permutation-equivariant).
-        Others as :func:`psf_sequence_model`.
+        seq_len: as :func:`psf_sequence_model`; so are the other arguments.
     """
     check_positive_int("num_blocks", num_blocks)
     check_positive_int("num_heads", num_heads)

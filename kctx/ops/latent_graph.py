@@ -24,7 +24,8 @@ def latent_graph_propagation(x, visible_to_latent, latent_to_visible):
 
     Args:
         x: (B, N, C).
-        visible_to_latent, latent_to_visible: (B, N, d), non-negative.
+        visible_to_latent: (B, N, d), non-negative.
+        latent_to_visible: (B, N, d), non-negative.
 
     Returns:
         X̃: (B, N, C) in the dtype of ``x``.

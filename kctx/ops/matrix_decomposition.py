@@ -297,12 +297,11 @@ def matrix_decomposition(
     Returns:
         The reconstruction, a tensor of shape (B, N, d).
 
-    Example:
-
-    >>> x = keras.random.uniform((2, 64, 16))
-    >>> d0 = keras.random.uniform((2, 16, 4))
-    >>> matrix_decomposition(x, d0, method="nmf", steps=6).shape
-    (2, 64, 16)
+    Examples:
+        >>> x = keras.random.uniform((2, 64, 16))
+        >>> d0 = keras.random.uniform((2, 16, 4))
+        >>> tuple(matrix_decomposition(x, d0, method="nmf", steps=6).shape)
+        (2, 64, 16)
     """
     bases, codes = decompose(
         x,

@@ -34,7 +34,8 @@ def poly_nl(x, w1, w2, w3, scale=None):
 
     Args:
         x: (B, ..., C) with N positions in the middle axes.
-        w1, w2: (C, C) — the embeddings whose products are averaged.
+        w1: (C, C) — the first embedding whose products are averaged.
+        w2: (C, C) — the second one.
         w3: (C, C_out) — the output projection.
         scale: optional scalar factor (e.g. the β of :class:`kctx.layers.PolyNL`).
 

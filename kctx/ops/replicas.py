@@ -42,8 +42,9 @@ def synchronized_batch_norm(requested=True):
     jitted program over the sharded global batch, so the moments it computes are
     already those of the global batch (cross-replica), and the flag is not needed.
 
-    Example:
-
-    >>> keras.layers.BatchNormalization(synchronized=synchronized_batch_norm(replicas > 1))
+    Examples:
+        >>> replicas = 2
+        >>> norm = keras.layers.BatchNormalization(
+        ...     synchronized=synchronized_batch_norm(replicas > 1))
     """
     return bool(requested) and keras.backend.backend() == "tensorflow"

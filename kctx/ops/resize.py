@@ -23,10 +23,9 @@ def resize_bilinear(x, size):
     Returns:
         (B, H', W', C), the dtype of ``x``.
 
-    Example:
-
-    >>> tuple(resize_bilinear(keras.ops.ones((2, 3, 5, 4)), (12, 20)).shape)
-    (2, 12, 20, 4)
+    Examples:
+        >>> tuple(resize_bilinear(keras.ops.ones((2, 3, 5, 4)), (12, 20)).shape)
+        (2, 12, 20, 4)
     """
     if keras.backend.backend() == "tensorflow" and not all(isinstance(s, int) for s in size):
         import tensorflow as tf

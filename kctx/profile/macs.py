@@ -171,10 +171,9 @@ def count_macs(function, *input_specs, by_op=None):
     (:func:`count_graph_macs`); on JAX by ``jax.make_jaxpr``, on float32 zeros of
     the given shapes (:func:`count_jaxpr_macs`).
 
-    Example:
-
-    >>> count_macs(lambda x: keras.ops.matmul(x, x), (64, 64))
-    262144
+    Examples:
+        >>> count_macs(lambda x: keras.ops.matmul(x, x), (64, 64))
+        262144
     """
     if keras.backend.backend() == "jax":
         import jax
@@ -231,11 +230,12 @@ def count_jaxpr_macs(jaxpr, by_op=None):
         jaxpr: from ``jax.make_jaxpr(function)(*arguments)``.
         by_op: optional dict, filled with MACs per primitive.
 
-    Example:
-
-    >>> x = np.zeros((64, 64), "float32")
-    >>> count_jaxpr_macs(jax.make_jaxpr(lambda a: a @ a)(x))
-    262144
+    Examples:
+        >>> import jax
+        >>> import numpy as np
+        >>> x = np.zeros((64, 64), "float32")
+        >>> count_jaxpr_macs(jax.make_jaxpr(lambda a: a @ a)(x))
+        262144
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0

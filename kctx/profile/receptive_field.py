@@ -93,9 +93,8 @@ def register_receptive_field_rule(layer_class, rule):
             ``input_size`` is the (height, width) of the layer's input (entries None when
             unknown).
 
-    Example:
-
-    >>> register_receptive_field_rule(MyConv, lambda layer, size: Window((5, 5)))  # doctest: +SKIP
+    Examples:
+        >>> register_receptive_field_rule(MyConv, lambda layer, size: Window((5, 5)))  # doctest: +SKIP
     """
     if not callable(rule):
         raise TypeError(f"`rule` must be callable. Received: rule={rule!r}")
@@ -699,14 +698,13 @@ def theoretical_receptive_field(model, layer_name=None, input_size=None):
         ValueError: a layer with a spatial kernel, or a layout change, that the walk does
             not know (named), or an unknown / ambiguous ``layer_name``.
 
-    Example:
-
-    >>> inputs = keras.Input((32, 32, 3))
-    >>> x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
-    >>> x = keras.layers.Conv2D(8, 3, strides=2, padding="same")(x)
-    >>> field = theoretical_receptive_field(keras.Model(inputs, x))
-    >>> field.rf, field.jump, field.is_global
-    ((5, 5), (2, 2), False)
+    Examples:
+        >>> inputs = keras.Input((32, 32, 3))
+        >>> x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
+        >>> x = keras.layers.Conv2D(8, 3, strides=2, padding="same")(x)
+        >>> field = theoretical_receptive_field(keras.Model(inputs, x))
+        >>> field.rf, field.jump, field.is_global
+        ((5, 5), (2, 2), False)
 
     Reference:
         Araujo, Norris, Sim, "Computing Receptive Fields of Convolutional Neural Networks",
@@ -889,14 +887,13 @@ def effective_receptive_field(model, images, layer_name=None, position=None,
     Returns:
         An :class:`EffectiveReceptiveField`.
 
-    Example:
-
-    >>> inputs = keras.Input((None, None, 1))
-    >>> conv = keras.layers.Conv2D(1, 3, padding="same", use_bias=False,
-    ...                            kernel_initializer="ones")
-    >>> erf = effective_receptive_field(keras.Model(inputs, conv(inputs)), np.ones((1, 9, 9, 1)))
-    >>> erf.sides[0.95], erf.support
-    (3, (3, 3))
+    Examples:
+        >>> inputs = keras.Input((None, None, 1))
+        >>> conv = keras.layers.Conv2D(1, 3, padding="same", use_bias=False,
+        ...                            kernel_initializer="ones")
+        >>> erf = effective_receptive_field(keras.Model(inputs, conv(inputs)), np.ones((1, 9, 9, 1)))
+        >>> erf.sides[0.95], erf.support
+        (3, (3, 3))
 
     Reference:
         Luo, Li, Urtasun, Zemel, "Understanding the Effective Receptive Field in Deep

@@ -39,7 +39,8 @@ def runtime_latency(spec, runtime, batch, repeats=10, warmup=3, threads=None, is
             :func:`kctx.export.export_model` and run in ONNX Runtime or the LiteRT
             interpreter (``litert_int8``: full-int8, calibrated on 8 random inputs).
         batch: batch size.
-        repeats, warmup: timed and untimed calls.
+        repeats: timed calls.
+        warmup: untimed calls before them.
         threads: ONNX Runtime / LiteRT threads (default: every core, as TensorFlow).
         isolate: run in a fresh process (on the JAX backend for ``keras_jax``).
     """

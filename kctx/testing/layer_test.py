@@ -143,8 +143,11 @@ def run_layer_test(
         deterministic: inference is deterministic, so save/load and XLA must
             reproduce the outputs exactly (up to ``atol``/``rtol``).
         variable_spatial_dims: also build with ``None`` height and width.
-        run_training, run_saving, run_xla, run_mixed_precision,
-        run_distributed: switch the corresponding checks.
+        run_training: the one-step ``fit`` check.
+        run_saving: the ``.keras`` save / load check.
+        run_xla: the ``jit_compile=True`` check.
+        run_mixed_precision: the ``mixed_bfloat16`` check.
+        run_distributed: the 2-replica step check.
     """
     keras.utils.set_random_seed(1234)
     input_shape = tuple(input_shape)

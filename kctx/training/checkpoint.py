@@ -179,12 +179,16 @@ class ArrayCheckpoint:
         max_to_keep: checkpoints kept.
         chief: whether this process writes the checkpoints.
 
-    Example:
-
-    >>> checkpoint = ArrayCheckpoint("run/checkpoints", {"model": model,
-    ...                                                  "optimizer": model.optimizer})
-    >>> step, finished = checkpoint.restore()     # (0, False) in a new folder
-    >>> checkpoint.save(100)                      # run/checkpoints/ckpt-100.npz
+    Examples:
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> model.compile("adam", "mse")
+        >>> model.optimizer.build(model.trainable_variables)
+        >>> checkpoint = ArrayCheckpoint("run/checkpoints", {"model": model,
+        ...                                                  "optimizer": model.optimizer})
+        >>> checkpoint.restore()                      # a new folder: step 0, not finished
+        (0, False)
+        >>> checkpoint.save(100)
+        'run/checkpoints/ckpt-100.npz'
     """
 
     PATTERN = re.compile(r"ckpt-(\d+)\.npz$")

@@ -50,13 +50,12 @@ def paramwise_multipliers(name, paramwise):
     Returns:
         ``(lr_mult, decay_mult)`` as floats.
 
-    Example:
-
-    >>> keys = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0}}
-    >>> paramwise_multipliers("block1.0.norm1/gamma", keys)
-    (1.0, 0.0)
-    >>> paramwise_multipliers("decode_head.hamburger/norm/gamma", keys)  # "head" < "norm"
-    (10.0, 1.0)
+    Examples:
+        >>> keys = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0}}
+        >>> paramwise_multipliers("block1.0.norm1/gamma", keys)
+        (1.0, 0.0)
+        >>> paramwise_multipliers("decode_head.hamburger/norm/gamma", keys)  # "head" < "norm"
+        (10.0, 1.0)
 
     Reference:
         mmengine 0.10, ``DefaultOptimWrapperConstructor.add_params``.
@@ -112,20 +111,20 @@ class ParamwiseAdamW(keras.optimizers.Optimizer):
     Args:
         learning_rate: a float or a ``keras.optimizers.schedules.LearningRateSchedule``.
         weight_decay: the base decoupled weight decay.
-        beta_1, beta_2: the moments' decay rates.
+        beta_1: the first moment's decay rate.
+        beta_2: the second moment's decay rate.
         epsilon: ε, added to the bias-corrected √v (PyTorch's default 1e-8).
         paramwise: mmengine's ``custom_keys`` ({name substring: {"lr_mult": m,
             "decay_mult": d}}), or None for the same settings everywhere.
         name: the optimizer's name.
         **kwargs: other ``keras.optimizers.Optimizer`` arguments (``clipnorm``, ...).
 
-    Example:
-
-    >>> optimizer = ParamwiseAdamW(6e-5, weight_decay=0.01,
-    ...                            paramwise={"head": {"lr_mult": 10.0}})
-    >>> optimizer.build([keras.Variable(1.0, name="w")])
-    >>> optimizer.multipliers
-    [(1.0, 1.0)]
+    Examples:
+        >>> optimizer = ParamwiseAdamW(6e-5, weight_decay=0.01,
+        ...                            paramwise={"head": {"lr_mult": 10.0}})
+        >>> optimizer.build([keras.Variable(1.0, name="w")])
+        >>> optimizer.multipliers
+        [(1.0, 1.0)]
 
     Reference:
         Loshchilov and Hutter, "Decoupled Weight Decay Regularization", ICLR 2019,
@@ -215,11 +214,10 @@ class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
         end_learning_rate: η_end.
         name: the schedule's name.
 
-    Example:
-
-    >>> schedule = WarmupPolyDecay(6e-5, steps=160_000, warmup_steps=1500)
-    >>> [round(float(schedule(t)) / 6e-5, 4) for t in (0, 750, 1499, 1500, 80_750, 159_999)]
-    [0.0, 0.5003, 1.0, 1.0, 0.5, 0.0]
+    Examples:
+        >>> schedule = WarmupPolyDecay(6e-5, steps=160_000, warmup_steps=1500)
+        >>> [round(float(schedule(t)) / 6e-5, 4) for t in (0, 750, 1499, 1500, 80_750, 159_999)]
+        [0.0, 0.5003, 1.0, 1.0, 0.5, 0.0]
 
     Reference:
         The mmsegmentation 1.x SegNeXt configs (``param_scheduler``); mmengine 0.10
@@ -274,11 +272,15 @@ class OptimizerGroup:
         pairs: ``(optimizer, variables)`` pairs: each optimizer updates those
             variables (it is built on them when it is not built yet).
 
-    Example:
-
-    >>> group = OptimizerGroup([(g_optimizer, generator.trainable_variables),
-    ...                         (d_optimizer, discriminator.trainable_variables)])
-    >>> g_values, d_values = group.split(optimizer_variables)  # in a JAX train_step
+    Examples:
+        >>> generator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+        >>> discriminator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> group = OptimizerGroup([
+        ...     (keras.optimizers.Adam(1e-4), generator.trainable_variables),
+        ...     (keras.optimizers.Adam(4e-4), discriminator.trainable_variables)])
+        >>> g_values, d_values = group.split([v.value for v in group.variables])
+        >>> len(g_values) == len(group.optimizers[0].variables)
+        True
     """
 
     built = True

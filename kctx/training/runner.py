@@ -106,10 +106,11 @@ def deterministic_variables(environ=None):
     updated with :data:`DETERMINISTIC_ENVIRONMENT`, and on the JAX backend with
     :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``.
 
-    Example:
-
-    >>> subprocess.run([sys.executable, "-m", "gan.train", "--deterministic"],
-    ...                env=deterministic_variables())
+    Examples:
+        >>> environment = deterministic_variables()
+        >>> environment["TF_NUM_INTRAOP_THREADS"], environment["TF_ENABLE_ONEDNN_OPTS"]
+        ('1', '0')
+        >>> # then: subprocess.run([sys.executable, "-m", "gan.train"], env=environment)
     """
     environ = dict(os.environ if environ is None else environ)
     environ.update(DETERMINISTIC_ENVIRONMENT)
@@ -270,7 +271,9 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
         tpu: TensorFlow's TPU (:func:`kctx.distribute.get_strategy`).
         deterministic: bit-identical repeats on CPU (:func:`enable_determinism`).
         verbose: Keras progress-bar verbosity.
-        data_dir, manual_dir, download: where the data is (:class:`DataLocation`).
+        data_dir: where the data is (:class:`DataLocation`).
+        manual_dir: where manually downloaded files are (:class:`DataLocation`).
+        download: prepare a missing dataset (:class:`DataLocation`).
         stop_after_step: end this call after that step's checkpoint (a later
             call resumes there); no evaluation, no ``results.json``.
         callbacks: extra Keras callbacks for ``fit``.
@@ -494,7 +497,9 @@ def evaluate_run(workflow, model_dir, checkpoint=None, output=None, data_dir=Non
             or a checkpoint path.
         output: the JSON file written (default ``MODEL_DIR/evaluation.json``;
             ``False`` writes none).
-        data_dir, manual_dir, download: where the data is (default the run's).
+        data_dir: where the data is (default the run's).
+        manual_dir: where manually downloaded files are (default the run's).
+        download: prepare a missing dataset (default the run's).
         **overrides: evaluation fields of the config to replace.
 
     Returns:

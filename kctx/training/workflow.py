@@ -135,14 +135,13 @@ class Workflow:
             Keras; otherwise the evaluation fields replaced when ``export`` scores
             the artifact with :meth:`evaluate` (``{}``: the run's own).
 
-    Example:
-
-    >>> class Tiny(Workflow):
-    ...     name, configs, default_config = "tiny", {"one": ...}, "one"
-    ...     def variant(self, config): ...
-    ...     def build(self, run): ...           # compiled model, built in the strategy scope
-    ...     def train_data(self, run, start_step, input_context): ...
-    ...     def evaluate(self, run, model): ...  # dict of scores
+    Examples:
+        >>> class Tiny(Workflow):
+        ...     name, configs, default_config = "tiny", {"one": ...}, "one"
+        ...     def variant(self, config): ...
+        ...     def build(self, run): ...           # compiled model, built in the strategy scope
+        ...     def train_data(self, run, start_step, input_context): ...
+        ...     def evaluate(self, run, model): ...  # dict of scores
     """
 
     name = None
