@@ -1,7 +1,8 @@
 """Griffe extensions of the API reference.
 
-- ``SphinxRoles``: the docstrings' Sphinx roles (:func:`name`, :class:`~kctx.layers.Hamburger`)
-  render as code, not as raw text.
+- ``DocstringMarkup``: the docstrings' Sphinx roles (:func:`name`,
+  :class:`~kctx.layers.Hamburger`) render as code, not as raw text, and Keras's "Call
+  arguments:" section as a list.
 - ``RuntimeDocstrings``: a class whose docstring is assembled when its module runs
   (``__doc__ = <text> + _ARGS``: the KANet modules share their argument list) gets the
   docstring Python sees, which griffe's static reading of the source cannot.
@@ -17,8 +18,9 @@ import griffe
 _ROLE = re.compile(r":(?:func|class|meth|data|attr|mod|obj|exc|py:\w+):`~?([^`]+)`")
 
 
-class SphinxRoles(griffe.Extension):
-    """Rewrite ``:role:`target``` as ````target```` in every docstring griffe loads."""
+class DocstringMarkup(griffe.Extension):
+    """Rewrite ``:role:`target``` as ````target```` and list the call arguments, in every
+    docstring griffe loads."""
 
     def on_object(self, *, obj, **kwargs):
         if obj.docstring is not None:
