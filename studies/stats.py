@@ -78,17 +78,3 @@ def paired(values, baseline_values, confidence=0.95):
     result.update(sd_diff=sd, ci_low=low, ci_high=high, t=t, p=p, test="t",
                   significant=bool(low > 0.0 or high < 0.0))
     return result
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if sd == 0.0:  # every seed gives the same difference: no spread to test against
-        t = 0.0 if mean == 0.0 else None  # ±infinity, which JSON cannot hold
-        p = 1.0 if mean == 0.0 else 0.0
-        low = high = mean
-    else:
-        se = sd / math.sqrt(n)
-        t = mean / se
-        p = float(2.0 * scipy_stats.t.sf(abs(t), n - 1))
-        half = _t_quantile(confidence, n) * se
-        low, high = mean - half, mean + half
-    result.update(sd_diff=sd, ci_low=low, ci_high=high, t=t, p=p,
-                  significant=bool(low > 0.0 or high < 0.0))
-    return result
