@@ -353,3 +353,19 @@ def test_every_segmentation_arm_builds_and_runs(name):
                                                                 **arm.overrides})
         model = build_model(config)
         assert model(images, training=True).shape == (1, 32, 32, config.num_classes), arm.name
+
+
+def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys):
+    from studies import compare
+
+    report = {"runs": [{"arm": arm, "seed": seed, "metrics": {"miou": value}}
+                       for arm, values in {"a": [0.5, 0.6, 0.7], "b": [0.4, 0.45, 0.62],
+                                           "c": [0.5, 0.6, 0.7]}.items()
+                       for seed, value in enumerate(values)]}
+    (row,) = compare.compare(report, [("a", "b")], "miou")
+    expected = paired({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.4, 1: 0.45, 2: 0.62})
+    assert row["mean_diff"] == pytest.approx(expected["mean_diff"]) and row["n"] == 3
+    assert compare.compare(report, [("a", "c")], "miou")[0]["p"] == 1.0  # identical: sign test
+    np.testing.assert_allclose(compare.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    with pytest.raises(ValueError, match="Received: arm='d'"):
+        compare.compare(report, [("d", "a")], "miou")

@@ -1,0 +1,103 @@
+"""Paired comparisons between any arms of a reported study, from its committed JSON.
+
+    python -m studies.compare NAME ARM:BASELINE [ARM:BASELINE ...] [--metric miou] [--holm]
+    python -m studies.compare NAME --all-vs BASELINE [--metric miou] [--holm]
+
+The report (``studies.report``) compares every arm with its study's baseline; the docs quote
+other pairs too (a Ham form against ASPP, SegNeXt against SegNeXt without its Hamburger).
+This prints, for each pair, the paired difference ARM − BASELINE of ``--metric`` over the
+seeds both have (seed k of every arm sees the same batches), its 95% t-interval and the
+paired t-test's p (:func:`studies.stats.paired`), read from ``studies/results/NAME.json``.
+``--holm`` adds Holm's step-down adjustment of the p-values over the pairs printed, for the
+family-wise error rate at 5%.
+"""
+
+import argparse
+import json
+import pathlib
+
+from studies import stats
+
+DEFAULT_OUTPUT_DIR = "studies/results"  # as studies.report's (not imported: it loads TensorFlow)
+
+
+def seed_values(report, arm, metric):
+    """``{seed: value}`` of one arm's runs in a report."""
+    return {run["seed"]: run["metrics"].get(metric) for run in report["runs"]
+            if run["arm"] == arm}
+
+
+def holm(p_values):
+    """Holm's step-down adjusted p-values, in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [None] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def compare(report, pairs, metric, confidence=0.95):
+    """One :func:`studies.stats.paired` result per ``(arm, baseline)`` pair, with the names."""
+    arms = {run["arm"] for run in report["runs"]}
+    rows = []
+    for arm, baseline in pairs:
+        for name in (arm, baseline):
+            if name not in arms:
+                raise ValueError(f"No runs of arm {name!r} in the report. Received: "
+                                 f"arm={name!r}; arms: {sorted(arms)}")
+        result = stats.paired(seed_values(report, arm, metric),
+                              seed_values(report, baseline, metric), confidence)
+        rows.append({"arm": arm, "baseline": baseline, "metric": metric, **result})
+    return rows
+
+
+def format_row(row, adjusted=None):
+    if row["n"] < 2:
+        return f"{row['arm']} − {row['baseline']}: {row['n']} pair(s), no comparison"
+    interval = (f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]" if row["test"] == "t"
+                else "(the same difference on every seed: sign test)")
+    text = (f"{row['arm']} − {row['baseline']}: {row['mean_diff']:+.4f} {interval}, "
+            f"p = {row['p']:.3g}, n = {row['n']}")
+    if adjusted is not None:
+        text += f", Holm p = {adjusted:.3g}"
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m studies.compare",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("name", help="the study (its report studies/results/NAME.json)")
+    parser.add_argument("pairs", nargs="*", metavar="ARM:BASELINE")
+    parser.add_argument("--all-vs", metavar="BASELINE", help="every other arm against BASELINE")
+    parser.add_argument("--metric", default="miou")
+    parser.add_argument("--holm", action="store_true", help="Holm-adjusted p-values too")
+    parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR)
+    args = parser.parse_args(argv)
+    path = pathlib.Path(args.output_dir) / f"{args.name}.json"
+    if not path.exists():
+        parser.error(f"no report {path}: run `python -m studies.report {args.name}` first")
+    report = json.loads(path.read_text())
+    pairs = []
+    for pair in args.pairs:
+        if pair.count(":") != 1:
+            parser.error(f"a pair is ARM:BASELINE. Received: {pair!r}")
+        pairs.append(tuple(pair.split(":")))
+    if args.all_vs:
+        arms = sorted({run["arm"] for run in report["runs"]} - {args.all_vs})
+        pairs += [(arm, args.all_vs) for arm in arms]
+    if not pairs:
+        parser.error("give ARM:BASELINE pairs or --all-vs BASELINE")
+    try:
+        rows = compare(report, pairs, args.metric)
+    except ValueError as error:
+        parser.error(str(error))
+    tested = [row["p"] for row in rows if row["p"] is not None]
+    adjusted = iter(holm(tested)) if args.holm else None
+    print(f"{args.name}, {args.metric}: arm − baseline, paired over seeds [95% CI]")
+    for row in rows:
+        print(format_row(row, next(adjusted) if adjusted and row["p"] is not None else None))
+
+
+if __name__ == "__main__":
+    main()
