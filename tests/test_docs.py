@@ -4,6 +4,7 @@ installs no import name but ``kctx``."""
 
 import doctest
 import importlib
+import importlib.util
 import os
 import pathlib
 import pkgutil
@@ -139,3 +140,30 @@ def test_wheel_installs_only_the_kctx_package(tmp_path):
     assert top == {"kctx"}, top
     assert declared == ["kctx"], declared
     assert "kctx/layers/hamburger.py" in names and "kctx/training/runner.py" in names
+
+
+def _hook(name):
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lists_hook_reindents_commonmark_lists_for_python_markdown():
+    source = ("- one\n  continued\n  - nested\n\n  | a | b |\n  | - | - |\n  | 1 | 2 |\n\n"
+              "  ```python\n  if x:\n      y = 1\n  ```\n- two\n\nafter\n")
+    assert _hook("lists").indent_lists(source) == (
+        "- one\n    continued\n    - nested\n\n    | a | b |\n    | - | - |\n    | 1 | 2 |\n\n"
+        "    ```python\n    if x:\n        y = 1\n    ```\n\n- two\n\nafter\n")
+
+
+def test_math_hook_turns_tex_into_mathml_and_leaves_code_alone():
+    math = _hook("math")
+    page = type("Page", (), {"file": type("File", (), {"src_uri": "x.md"})()})()
+    markdown = "Cost $O(n^2)$, `$not math$`.\n\n$$\nY = W_u X\n$$\n\n```text\n$HOME\n```\n"
+    converted = math.on_page_markdown(markdown, page=page)
+    assert "`$not math$`" in converted and "$HOME" in converted and "$O(n^2)$" not in converted
+    html = math.on_page_content(f"<p>{converted}</p>".replace("\n\n", "</p><p>"), page=page)
+    assert html.count("<math") == 2 and 'display="block"' in html and "kctxmath" not in html
+    with pytest.raises(ValueError, match=r"does not know \\foo"):
+        math.on_page_markdown("$\\foo x$", page=page)

@@ -11,7 +11,7 @@ import re
 
 import latex2mathml.converter
 
-_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
+_FENCE = re.compile(r"^([ \t]*)(```|~~~).*?^\1\2[ \t]*$", re.S | re.M)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 _DISPLAY = re.compile(r"^\$\$[ \t]*\n(.+?)\n[ \t]*\$\$[ \t]*$", re.S | re.M)
 _INLINE = re.compile(r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![$\w])")
@@ -23,9 +23,15 @@ _formulas = {}  # page source path -> list of (MathML, display)
 
 def _mathml(tex, display, page):
     try:
-        return latex2mathml.converter.convert(tex.strip(), display="block" if display else "inline")
+        mathml = latex2mathml.converter.convert(tex.strip(),
+                                                display="block" if display else "inline")
     except Exception as error:  # latex2mathml raises its own exception types
         raise ValueError(f"{page}: cannot convert the formula {tex!r} to MathML: {error}") from error
+    unknown = re.search(r">(\\[A-Za-z]+)<", mathml)  # a command it passed through as text
+    if unknown:
+        raise ValueError(f"{page}: latex2mathml does not know {unknown.group(1)} in the formula "
+                         f"{tex!r}")
+    return mathml
 
 
 def _protect(text, pattern, marker):
