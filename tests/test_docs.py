@@ -23,7 +23,7 @@ import kctx
 ROOT = pathlib.Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
-from api_pages import INTRODUCTIONS  # noqa: E402  (tools/ is not a package)
+from api_pages import INTRODUCTIONS, page as api_page  # noqa: E402  (tools/ is not a package)
 
 
 def _resolve(path):
@@ -55,6 +55,7 @@ def test_api_reference_lists_every_public_name(module_name):
     assert not stale, f"{module_name}: API entries that are not public names: {stale}"
     for name, path in documented.items():
         assert _resolve(path) is getattr(module, name), (path, name)
+    assert page.read_text() == api_page(module_name), "run `python tools/api_pages.py`"
 
 
 def test_every_public_module_has_an_api_page():
