@@ -2,6 +2,7 @@
 
     python -m studies.compare NAME ARM:BASELINE [ARM:BASELINE ...] [--metric miou] [--holm]
     python -m studies.compare NAME --all-vs BASELINE [--metric miou] [--holm]
+    python -m studies.compare NAME nmf-K1@miou_eval_K6:nmf-K1@miou
 
 The report (``studies.report``) compares every arm with its study's baseline; the docs quote
 other pairs too (a Ham form against ASPP, SegNeXt against SegNeXt without its Hamburger).
@@ -9,7 +10,9 @@ This prints, for each pair, the paired difference ARM − BASELINE of ``--metric
 seeds both have (seed k of every arm sees the same batches), its 95% t-interval and the
 paired t-test's p (:func:`studies.stats.paired`), read from ``studies/results/NAME.json``.
 ``--holm`` adds Holm's step-down adjustment of the p-values over the pairs printed, for the
-family-wise error rate at 5%.
+family-wise error rate at 5%. A side written ``ARM@METRIC`` reads that metric instead of
+``--metric``: one arm's runs scored two ways (e.g. trained with K = 1, evaluated with K = 6
+against K = 1) are paired seed by seed like two arms.
 """
 
 import argparse
@@ -37,17 +40,32 @@ def holm(p_values):
     return adjusted
 
 
+def split_side(side, metric):
+    """``"ARM@METRIC"`` → ``(ARM, METRIC)``; a plain ``"ARM"`` takes ``metric``."""
+    arm, _, own = side.partition("@")
+    return arm, own or metric
+
+
 def compare(report, pairs, metric, confidence=0.95):
-    """One :func:`studies.stats.paired` result per ``(arm, baseline)`` pair, with the names."""
+    """One :func:`studies.stats.paired` result per ``(arm, baseline)`` pair, with the names.
+
+    Either side may be ``"ARM@METRIC"`` to read another metric of that arm's runs.
+    """
     arms = {run["arm"] for run in report["runs"]}
     rows = []
     for arm, baseline in pairs:
-        for name in (arm, baseline):
+        values = []
+        for side in (arm, baseline):
+            name, side_metric = split_side(side, metric)
             if name not in arms:
                 raise ValueError(f"No runs of arm {name!r} in the report. Received: "
                                  f"arm={name!r}; arms: {sorted(arms)}")
-        result = stats.paired(seed_values(report, arm, metric),
-                              seed_values(report, baseline, metric), confidence)
+            side_values = seed_values(report, name, side_metric)
+            if all(value is None for value in side_values.values()):
+                raise ValueError(f"Arm {name!r} has no metric {side_metric!r}. Received: "
+                                 f"metric={side_metric!r}")
+            values.append(side_values)
+        result = stats.paired(*values, confidence)
         rows.append({"arm": arm, "baseline": baseline, "metric": metric, **result})
     return rows
 
@@ -68,7 +86,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m studies.compare",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("name", help="the study (its report studies/results/NAME.json)")
-    parser.add_argument("pairs", nargs="*", metavar="ARM:BASELINE")
+    parser.add_argument("pairs", nargs="*", metavar="ARM:BASELINE",
+                        help="a side may be ARM@METRIC (that arm's METRIC, not --metric)")
     parser.add_argument("--all-vs", metavar="BASELINE", help="every other arm against BASELINE")
     parser.add_argument("--metric", default="miou")
     parser.add_argument("--holm", action="store_true", help="Holm-adjusted p-values too")

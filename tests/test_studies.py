@@ -369,3 +369,10 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys):
     np.testing.assert_allclose(compare.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
     with pytest.raises(ValueError, match="Received: arm='d'"):
         compare.compare(report, [("d", "a")], "miou")
+    # One arm scored two ways: ARM@METRIC pairs its runs' metrics seed by seed.
+    for run in report["runs"]:
+        run["metrics"]["miou_eval_K6"] = run["metrics"]["miou"] - 0.01 * (run["seed"] + 1)
+    (row,) = compare.compare(report, [("a@miou_eval_K6", "a")], "miou")
+    assert row["mean_diff"] == pytest.approx(-0.02) and row["n"] == 3
+    with pytest.raises(ValueError, match="Received: metric='top1'"):
+        compare.compare(report, [("a@top1", "a")], "miou")
