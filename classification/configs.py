@@ -4,7 +4,8 @@ import dataclasses
 
 from kctx.layers import check_context_block
 from kctx.models import KANET_FAMILY, resnet50_positions
-from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
+    replace_config
 
 MODELS = tuple(KANET_FAMILY)
 BACKBONES = ("resnet50",)
@@ -84,8 +85,10 @@ class ClassificationConfig:
     eval_split: str = "test"
     validation_freq: int = 1
     eval_batch_size: int | None = None
+    dtype_policy: str = "float32"
 
     def __post_init__(self):
+        check_one_of(self, "dtype_policy", DTYPE_POLICIES)
         check_positive(self, "image_size", "num_classes", "batch_size", "epochs",
                        "validation_freq")
         check_positive(self, "learning_rate", "width_multiplier", integer=False)

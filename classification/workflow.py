@@ -20,20 +20,33 @@ from kctx.training.export import ArtifactModel
 
 def build_model(config):
     """The network of ``config``: a row of Tables 2–4 sized for it, or with a ``backbone``
-    (``"resnet50"``) that network with ``context`` blocks inserted at the stages ``at``."""
+    (``"resnet50"``) that network with ``context`` blocks inserted at the stages ``at``.
+    Under a mixed dtype policy its logits are cast to float32 (:func:`float32_logits`)."""
     if config.backbone is not None:
         network = keras.applications.ResNet50(
             weights=None, input_shape=(config.image_size, config.image_size, 3),
             classes=config.num_classes, classifier_activation=None)
-        if config.context in (None, "none"):
-            return network
-        return insert_context_block(network, resnet50_positions(config.at), config.context,
-                                    name=f"resnet50_{config.context}")
-    return kanet_family_model(
-        config.model, num_classes=config.num_classes,
-        input_shape=(config.image_size, config.image_size, 3),
-        width_multiplier=config.width_multiplier, dropout_rate=config.dropout_rate,
-        output_stride=config.output_stride, norm_momentum=config.norm_momentum)
+        if config.context not in (None, "none"):
+            network = insert_context_block(network, resnet50_positions(config.at),
+                                           config.context, name=f"resnet50_{config.context}")
+    else:
+        network = kanet_family_model(
+            config.model, num_classes=config.num_classes,
+            input_shape=(config.image_size, config.image_size, 3),
+            width_multiplier=config.width_multiplier, dropout_rate=config.dropout_rate,
+            output_stride=config.output_stride, norm_momentum=config.norm_momentum)
+    return float32_logits(network)
+
+
+def float32_logits(network):
+    """``network`` itself when its logits are float32; under a mixed policy the same layers
+    with a float32 identity on the logits (Keras's mixed-precision advice: the top-k
+    metric's TensorFlow kernel takes no bfloat16, and the softmax is float32 anyway)."""
+    if network.outputs[0].dtype == "float32":
+        return network
+    logits = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(
+        network.outputs[0])
+    return keras.Model(network.inputs, logits, name=network.name)
 
 
 def learning_rate_schedule(config, steps_per_epoch):

@@ -3,7 +3,8 @@
 import dataclasses
 
 from kctx.layers import check_context_block
-from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
+    replace_config
 
 EXTRACTORS = ("digits_classifier", "inception_v3")
 
@@ -77,8 +78,10 @@ class GANConfig:
     extractor: str | None = None
     extractor_weights: str | None = None
     sample_with_ema: bool = True
+    dtype_policy: str = "float32"
 
     def __post_init__(self):
+        check_one_of(self, "dtype_policy", DTYPE_POLICIES)
         check_positive(self, "resolution", "image_channels", "num_classes", "latent_dim",
                        "base_channels", "batch_size", "d_steps", "steps", "sample_every",
                        "checkpoint_every")

@@ -93,8 +93,11 @@ class ConditionalBatchNormalization(keras.layers.Layer):
     def build(self, inputs_shape, labels_shape=None):
         channels = inputs_shape[-1]
         table = (self.num_classes, channels) if self.num_classes else (channels,)
-        self.gamma = self.add_weight(name="gamma", shape=table, initializer="ones")
-        self.beta = self.add_weight(name="beta", shape=table, initializer="zeros")
+        # Normalisation in float32 under mixed policies: the weights are not cast down.
+        self.gamma = self.add_weight(name="gamma", shape=table, initializer="ones",
+                                     autocast=False)
+        self.beta = self.add_weight(name="beta", shape=table, initializer="zeros",
+                                    autocast=False)
         # Every replica computes the same (all-reduced) statistics.
         self.moving_mean = self.add_weight(name="moving_mean", shape=(channels,),
                                            initializer="zeros", trainable=False,

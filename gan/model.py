@@ -9,13 +9,19 @@ from kctx.training.optimizers import OptimizerGroup
 
 
 def hinge_discriminator_loss(real_scores, fake_scores):
-    """E[max(0, 1 − D(x))] + E[max(0, 1 + D(G(z)))] (Lim & Ye 2017; SAGAN)."""
+    """E[max(0, 1 − D(x))] + E[max(0, 1 + D(G(z)))] (Lim & Ye 2017; SAGAN), in float32
+    (D's scores are bfloat16 under ``mixed_bfloat16``)."""
+    real_scores, fake_scores = ops.cast(real_scores, "float32"), ops.cast(fake_scores, "float32")
     return ops.mean(ops.relu(1.0 - real_scores)) + ops.mean(ops.relu(1.0 + fake_scores))
 
 
 def hinge_generator_loss(fake_scores):
-    """−E[D(G(z))]."""
-    return -ops.mean(fake_scores)
+    """−E[D(G(z))], in float32."""
+    return -ops.mean(ops.cast(fake_scores, "float32"))
+
+
+def _mean32(scores):
+    return ops.mean(ops.cast(scores, "float32"))
 
 
 @keras.saving.register_keras_serializable(package="gan")
@@ -114,7 +120,7 @@ class ConditionalGAN(keras.Model):
             scaled = loss / replicas
         grads = tape.gradient(scaled, self.discriminator.trainable_variables)
         self.d_optimizer.apply(grads, self.discriminator.trainable_variables)
-        return loss, ops.mean(real_scores), ops.mean(fake_scores)
+        return loss, _mean32(real_scores), _mean32(fake_scores)
 
     def _generator_step(self, z, fake_labels):
         replicas = self._replicas()
@@ -188,7 +194,7 @@ class ConditionalGAN(keras.Model):
             fake_scores, d_non_trainable = discriminator.stateless_call(
                 d_trainable, d_non_trainable, [fake, fake_labels], training=True)
             loss = hinge_discriminator_loss(real_scores, fake_scores)
-            return loss, (d_non_trainable, ops.mean(real_scores), ops.mean(fake_scores))
+            return loss, (d_non_trainable, _mean32(real_scores), _mean32(fake_scores))
 
         for _ in range(self.d_steps):
             fake, g_non_trainable = generator.stateless_call(

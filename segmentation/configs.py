@@ -3,7 +3,8 @@
 import dataclasses
 
 from kctx.layers import check_context_block
-from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
+    replace_config
 from kctx.training.optimizers import check_paramwise
 from segmentation.models import BACKBONE_NAMES, HEADS, MSCAN_BACKBONES, SEGNEXT_CONTEXT
 
@@ -166,8 +167,10 @@ class SegmentationConfig:
     eval_crop: int | None = None
     eval_stride: int | None = None
     prediction_images: int = 6
+    dtype_policy: str = "float32"
 
     def __post_init__(self):
+        check_one_of(self, "dtype_policy", DTYPE_POLICIES)
         check_positive(self, "num_classes", "crop_size", "batch_size", "steps",
                        "checkpoint_every", "image_size", "shuffle_buffer")
         check_positive(self, "learning_rate", "power", "warmup_ratio", "cat_max_ratio",

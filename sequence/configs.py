@@ -2,7 +2,8 @@
 
 import dataclasses
 
-from kctx.training import check_nonnegative, check_one_of, check_positive, replace_config
+from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
+    replace_config
 from sequence.data import LRA_TASKS, TASKS
 
 MODELS = ("psf", "transformer")
@@ -56,8 +57,10 @@ class SequenceConfig:
     pooling: str = "flatten"
     eval_examples: int = 5000
     eval_batch_size: int = 100
+    dtype_policy: str = "float32"
 
     def __post_init__(self):
+        check_one_of(self, "dtype_policy", DTYPE_POLICIES)
         check_one_of(self, "task", TASKS + tuple(LRA_TASKS))
         check_one_of(self, "model", MODELS)
         check_one_of(self, "residual", RESIDUALS)

@@ -5,6 +5,8 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from kctx.training import DETERMINISTIC_ENVIRONMENT as DETERMINISTIC
 from kctx.training.runner import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
-from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, TINY, WEIGHTS_FILE, \
+from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE, \
     assert_same_update, environment, finish, free_ports, kill_when, load_weights, start, \
     tf_config
 
@@ -103,6 +105,7 @@ def test_flags_parse_types_none_and_tuples():
     ("segmentation", ["--eval-images", "0"], "Received: eval_images=0"),
     ("segmentation", ["--eval-ham-steps", "0"], "Received: eval_ham_steps=0"),
     ("sequence", ["--steps", "-5"], "Received: steps=-5"),
+    ("gan", ["--dtype-policy", "mixed_float16"], "Received: dtype_policy='mixed_float16'"),
 ])
 def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, capsys):
     import importlib
@@ -209,7 +212,11 @@ def test_run_folder_holds_one_run(tmp_path):
         with pytest.raises(RunDirectoryError, match=r"read-only cannot be written \(Permission"):
             train(model_dir=tmp_path / "read-only", **tiny, **quiet)
         assert not any((tmp_path / "read-only").iterdir())
-    # A rerun with other evaluation settings re-scores the same run.
+    # A rerun with other evaluation settings re-scores the same run; a run.json written before
+    # a config field existed (here dtype_policy) resumes with the field's default.
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    del record["config"]["dtype_policy"]
+    (tmp_path / "run" / "run.json").write_text(json.dumps(record))
     again = train(model_dir=tmp_path / "run", **dict(tiny, eval_samples=150), **quiet)
     assert again["steps"] == 2 and again["metric"] == "fcd"
 
@@ -356,3 +363,18 @@ def test_sum_over_workers_adds_what_each_worker_holds():
         assert status == 0, output[-3000:]
         lines += [line for line in output.splitlines() if line.startswith("RESULT")]
     assert sorted(lines) == ["RESULT 0 2 True [3.0, 10.0]", "RESULT 1 2 False [3.0, 10.0]"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mixed_bfloat16_runs_every_workflow(backend, tmp_path):
+    """``--dtype-policy mixed_bfloat16`` on each backend (tests/mixed_precision_check.py):
+    every workflow trains, records the policy, saves layers that compute in bfloat16 on
+    float32 weights, re-scores alike and refuses a float32 rerun in its folder; a segmenter's
+    first update under the policy follows the float32 one."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "mixed_precision_check.py"), str(tmp_path)],
+        env=environment(KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join(
+            [str(ROOT), str(ROOT / "tests")])),
+        capture_output=True, text=True, timeout=1200)
+    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-5000:]
+    assert "MIXED_PRECISION_OK" in completed.stdout

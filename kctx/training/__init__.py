@@ -15,6 +15,7 @@ from kctx.training.checkpoint import ArrayCheckpoint, CheckpointError, StepCheck
     step_checkpoint
 from kctx.training.cli import evaluate_main, train_main
 from kctx.training.config import (
+    DTYPE_POLICIES,
     SHARED_HELP,
     check_nonnegative,
     check_one_of,
@@ -39,7 +40,8 @@ from kctx.training.runner import (
 from kctx.training.workflow import DataLocation, Run, Schedule, Workflow
 
 __all__ = [
-    "ArrayCheckpoint", "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DataLocation", "HistoryLog",
+    "ArrayCheckpoint", "CheckpointError", "DETERMINISTIC_ENVIRONMENT", "DTYPE_POLICIES",
+    "DataLocation", "HistoryLog",
     "ParamwiseAdamW", "Run", "RunDirectoryError", "SHARED_HELP", "Schedule", "StepCheckpoint",
     "WarmupPolyDecay", "Workflow", "paramwise_multipliers",
     "check_global_batch", "check_nonnegative", "check_one_of", "check_positive",

@@ -32,7 +32,14 @@ SHARED_HELP = {
     "eval_split": "the held-out split scored at the end",
     "dataset": "dataset name (embedded, local directory or TFDS)",
     "num_classes": "classes of the dataset",
+    "dtype_policy": "Keras dtype policy of the model: float32, or mixed_bfloat16 (bfloat16 "
+                    "compute, float32 weights and optimizer state; the TPU's native format). The "
+                    "losses and the context blocks' decompositions stay in float32",
 }
+
+# The model dtype policies a run may train with (``dtype_policy``). mixed_float16 is left out:
+# it needs loss scaling, which ``compile`` adds but the GAN's hand-written step would not.
+DTYPE_POLICIES = ("float32", "mixed_bfloat16")
 
 
 def field_help(config_class):

@@ -192,6 +192,10 @@ def _check_same_run(workflow, directory, config, seed):
     record = read_run(directory, workflow)
     _check_backend(directory, record, "resume it")
     stored = dict(record.get("config", {}))
+    try:  # fields added since the run was recorded take their defaults, as when it resumes
+        stored = config_to_dict(config_from_dict(type(config), stored))
+    except (TypeError, ValueError):  # another version's fields: listed as changed below
+        pass
     current = config_to_dict(config)
     ignored = set(workflow.evaluation_fields)
     changed = [f"{key} ({stored.get(key)!r} → {current.get(key)!r})" for key in sorted(
@@ -310,7 +314,7 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     _prepare_directory(directory)
     schedule = workflow.schedule(context)
     with distribution.scope():
-        model = workflow.build(context)
+        model = build_model(workflow, context)
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and not optimizer.built:  # its slots are in the checkpoint
             optimizer.build(model.trainable_variables)
@@ -363,6 +367,26 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     results.update(model=model, model_dir=str(directory), history=history.rows,
                    **timing(history.rows))
     return results
+
+
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Keras's global dtype policy set to ``name`` inside the block, restored after it:
+    layers take the policy in force when they are created."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def build_model(workflow, context):
+    """``workflow.build(context)`` under the config's ``dtype_policy`` (float32 when the
+    config has none): with ``mixed_bfloat16`` the layers compute in bfloat16 and keep
+    float32 weights, and the optimizer's state is float32."""
+    with dtype_policy(getattr(context.config, "dtype_policy", "float32")):
+        return workflow.build(context)
 
 
 def run_record(context):
@@ -470,7 +494,7 @@ def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=Non
     if not arrays:
         _check_backend(directory, record, f"read its checkpoints (or its {workflow.model_file})")
     keras.utils.set_random_seed(record["seed"])
-    trained = workflow.build(context)
+    trained = build_model(workflow, context)
     optimizer = getattr(trained, "optimizer", None)
     if arrays and optimizer is not None and not optimizer.built:  # its slots are in the file
         optimizer.build(trained.trainable_variables)
