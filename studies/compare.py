@@ -92,7 +92,7 @@ def main(argv=None):
     parser.add_argument("--metric", default="miou")
     parser.add_argument("--holm", action="store_true", help="Holm-adjusted p-values too")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     path = pathlib.Path(args.output_dir) / f"{args.name}.json"
     if not path.exists():
         parser.error(f"no report {path}: run `python -m studies.report {args.name}` first")

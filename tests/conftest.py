@@ -17,6 +17,16 @@ if "KCTX_CACHE_DIR" not in os.environ:
 
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
 
+# The JAX subprocesses (kill and resume of every workflow, two processes, mixed precision)
+# compile the same programs again and again; JAX's persistent compilation cache, shared by the
+# session's processes, loads them instead (a tiny JAX segmentation run: 25 s warm, 61 s cold).
+# A loaded executable is the one XLA compiled: the cache key holds the program, the compile
+# options, the jaxlib version and XLA_FLAGS, so the deterministic runs stay what they were.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-jax-cache-")
+
 
 def _reset_peak():
     # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS (Linux >= 4.0).

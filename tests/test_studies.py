@@ -355,7 +355,7 @@ def test_every_segmentation_arm_builds_and_runs(name):
         assert model(images, training=True).shape == (1, 32, 32, config.num_classes), arm.name
 
 
-def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys):
+def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
     from studies import compare
 
     report = {"runs": [{"arm": arm, "seed": seed, "metrics": {"miou": value}}
@@ -376,3 +376,9 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys):
     assert row["mean_diff"] == pytest.approx(-0.02) and row["n"] == 3
     with pytest.raises(ValueError, match="Received: metric='top1'"):
         compare.compare(report, [("a@top1", "a")], "miou")
+    # The command line: pairs before or after the options.
+    (tmp_path / "toy.json").write_text(json.dumps(report))
+    for argv in (["toy", "a:b", "--output-dir", str(tmp_path), "--holm"],
+                 ["toy", "--output-dir", str(tmp_path), "--holm", "a:b", "a:c"]):
+        compare.main(argv)
+        assert "a − b: " in capsys.readouterr().out
