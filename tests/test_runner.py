@@ -368,9 +368,10 @@ def test_sum_over_workers_adds_what_each_worker_holds():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mixed_bfloat16_runs_every_workflow(backend, tmp_path):
     """``--dtype-policy mixed_bfloat16`` on each backend (tests/mixed_precision_check.py):
-    every workflow trains, records the policy, saves layers that compute in bfloat16 on
-    float32 weights, re-scores alike and refuses a float32 rerun in its folder; a segmenter's
-    first update under the policy follows the float32 one."""
+    every workflow (on JAX, the GAN and the segmenter) trains, records the policy, saves
+    layers that compute in bfloat16 on float32 weights, re-scores alike and refuses a float32
+    rerun in its folder; a segmenter's first update under the policy follows the float32
+    one."""
     completed = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "mixed_precision_check.py"), str(tmp_path)],
         env=environment(KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join(
