@@ -1,6 +1,7 @@
 """Session set-up: quiet TensorFlow and two logical CPUs for MirroredStrategy."""
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -13,18 +14,15 @@ configure_logical_cpus(2)
 # Cached artefacts (e.g. the digits classifier of the FCD) go to a per-session
 # directory, never to the user's home.
 if "KCTX_CACHE_DIR" not in os.environ:
-    import tempfile
-
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
 
 # The JAX subprocesses (kill and resume of every workflow, two processes, mixed precision)
 # compile the same programs again and again; JAX's persistent compilation cache, shared by the
-# session's processes, loads them instead (a tiny JAX segmentation run: 25 s warm, 61 s cold).
+# session's processes, loads them instead (a tiny JAX segmentation run, beside a study: 25 s
+# warm, 61 s without the cache).
 # A loaded executable is the one XLA compiled: the cache key holds the program, the compile
 # options, the jaxlib version and XLA_FLAGS, so the deterministic runs stay what they were.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import tempfile
-
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-jax-cache-")
 
 
