@@ -3,10 +3,11 @@
 import dataclasses
 
 from kctx.layers import check_context_block
+from kctx.ops.fid_resize import FID_RESIZES
 from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
     replace_config
 
-EXTRACTORS = ("digits_classifier", "inception_v3")
+EXTRACTORS = ("digits_classifier", "fid_inception_v3", "inception_v3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,11 +41,24 @@ class GANConfig:
         checkpoint_every: steps between checkpoints.
         train_split: the split trained on.
         eval_split: the real images the FID / FCD compares with.
-        eval_samples: generated images scored at the end (FID / FCD; 0 skips the score).
+        eval_samples: generated images scored at the end (FID / IS / KID, or FCD / CS / KID
+            on digits; 0 skips the score; 50,000 as in the papers for CIFAR-10 and ImageNet).
         eval_real: real images scored (none: max(eval_samples, 10000), at most the split).
-        extractor: feature extractor of the Fréchet distance: digits_classifier (FCD) or
-            inception_v3 (FID); none picks by dataset.
-        extractor_weights: InceptionV3 weights file, when not in the Keras cache.
+        extractor: feature extractor of the scores: digits_classifier (FCD), fid_inception_v3
+            (the 2015-12-05 Inception graph of published FIDs; needs fid_weights) or
+            inception_v3 (Keras' ImageNet weights, not comparable with papers); none picks
+            digits_classifier on digits, fid_inception_v3 otherwise.
+        extractor_weights: weights of the inception_v3 / digits_classifier extractors, when
+            not in the Keras / kctx cache.
+        fid_weights: the FID Inception's weights, pytorch-fid's
+            pt_inception-2015-12-05-6726825d.pth or torch-fidelity's
+            weights-inception-2015-12-05-6726825d.pth (their release pages); its SHA-256 is
+            recorded with the scores.
+        fid_resize: the FID Inception's resize to 299×299: tensorflow (TF1 bilinear, as
+            TTUR / TF-GAN / torch-fidelity and the papers), pytorch-fid or clean (clean-fid).
+        fid_reference: reference statistics (.npz: mu, sigma, and features for KID) of the
+            real images: read when the file exists (refused if another extractor or resize
+            made it), else computed from eval_split and written there.
         sample_with_ema: sample and score with the EMA generator when the run keeps one.
     """
 
@@ -77,6 +91,9 @@ class GANConfig:
     eval_real: int | None = None
     extractor: str | None = None
     extractor_weights: str | None = None
+    fid_weights: str | None = None
+    fid_resize: str = "tensorflow"
+    fid_reference: str | None = None
     sample_with_ema: bool = True
     dtype_policy: str = "float32"
 
@@ -90,6 +107,7 @@ class GANConfig:
         check_context_block(self.context)
         if self.extractor is not None:
             check_one_of(self, "extractor", EXTRACTORS)
+        check_one_of(self, "fid_resize", FID_RESIZES)
         if self.eval_real is not None:
             check_positive(self, "eval_real")
         if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
@@ -116,7 +134,7 @@ def _sagan_128(name, batch_size):
         g_context_resolution=32, d_context_resolution=32, context="ham_nmf",
         batch_size=batch_size, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, d_steps=1, ema_decay=0.9999, ema_start=20_000, steps=1_000_000,
-        sample_every=5000, checkpoint_every=5000, eval_split="validation",
+        sample_every=5000, checkpoint_every=5000, eval_split="validation", eval_samples=50_000,
     )
 
 
@@ -143,7 +161,7 @@ CONFIGS = {
         batch_size=64, g_learning_rate=1e-4, d_learning_rate=4e-4,
         beta_1=0.0, beta_2=0.9, ema_decay=0.9999, ema_start=20_000, steps=100_000,
         sample_every=2000,
-        checkpoint_every=2000,
+        checkpoint_every=2000, eval_samples=50_000,
     ),
     # CelebA at 64×64 (central 178×178 square, antialiased resize), unconditional
     # (one class); the context block at 32×32 in both nets.

@@ -1,10 +1,10 @@
-"""The GAN workflow for :func:`kctx.training.run`: HamGAN's model, data, samples and FID / FCD.
+"""The GAN workflow for :func:`kctx.training.run`: HamGAN's model, data, samples and FID / IS / KID.
 
 ``python -m gan.train`` and ``python -m gan.evaluate`` run it. What is the
 GAN's own: the ``ConditionalGAN`` (custom ``train_step``, two optimizers,
 EMA), the step's noise in the data, sample-grid PNGs during training, and
-the Fréchet distance of the sampling generator (saved as
-``generator.keras``) at the end.
+FID / IS / KID (FCD / classifier score / KID on digits) of the sampling generator
+(saved as ``generator.keras``) at the end.
 """
 
 import keras
@@ -14,6 +14,8 @@ import tensorflow as tf
 from gan.configs import CONFIGS, get_config
 from gan.data import gan_images, tfds_examples, training_batches
 from gan.models import build_gan
+from kctx.convert import CheckpointMismatchError
+from kctx.metrics import GenerativeMetrics
 from kctx.training import Workflow
 
 
@@ -60,7 +62,7 @@ class SampleGrids(keras.callbacks.Callback):
 
 def default_extractor(config):
     return config.extractor or ("digits_classifier" if config.dataset == "digits"
-                                else "inception_v3")
+                                else "fid_inception_v3")
 
 
 def real_image_batches(config, num_images, batch_size, data_dir=None, manual_dir=None,
@@ -72,34 +74,64 @@ def real_image_batches(config, num_images, batch_size, data_dir=None, manual_dir
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
+def evaluation_metrics(config, extractor=None, extractor_weights=None, fid_weights=None,
+                       fid_resize=None, reference=None):
+    """The :class:`kctx.metrics.GenerativeMetrics` of a run: FID / IS / KID with the FID
+    Inception (FCD / classifier score / KID with the digits classifier), one pass."""
+    extractor = extractor or default_extractor(config)
+    fid_inception = extractor == "fid_inception_v3"
+    weights = (fid_weights or config.fid_weights) if fid_inception else extractor_weights
+    return GenerativeMetrics(
+        extractor, value_range=(-1, 1), weights=weights,
+        resize=(fid_resize or config.fid_resize) if fid_inception else None,
+        reference=reference, name="fid" if fid_inception else "generative_metrics",
+        # The Inception Score's 10 splits with the FID Inception (the papers'); the
+        # digits classifier's score stays one split (as the committed studies report it).
+        splits=10 if fid_inception else 1)
+
+
 def evaluate_generator(generator, config, num_samples=50_000, seed=0, batch_size=200,
                        extractor=None, extractor_weights=None, num_real=None, data_dir=None,
-                       manual_dir=None, download=False, log=None):
-    """Fréchet distance (and classifier score when the extractor has a classifier head).
+                       manual_dir=None, download=False, log=None, fid_weights=None,
+                       fid_resize=None, fid_reference=None):
+    """FID / IS / KID (FCD / classifier score / KID on digits) of a generator, one pass.
 
     Args:
         generator: maps ``[z, labels]`` to images in [-1, 1].
         config: the run's :class:`gan.configs.GANConfig`.
         num_samples: generated images; classes are drawn uniformly.
-        extractor: ``"digits_classifier"``, ``"inception_v3"``, a ``keras.Model``
-            or ``None`` for the config's default.
-        extractor_weights: weights file of the extractor (InceptionV3 ``.h5``).
+        extractor: ``"digits_classifier"``, ``"fid_inception_v3"``, ``"inception_v3"``,
+            a ``keras.Model`` or ``None`` for the config's default.
+        extractor_weights: weights file of the ``inception_v3`` / digits extractors.
         num_real: real images (default: max(num_samples, 10,000), at most the
             whole split; all 1,797 on digits).
+        fid_weights, fid_resize: the FID Inception's weights file and resize (default:
+            the config's).
+        fid_reference: reference statistics (.npz) of the real images: read when the
+            file exists, else computed from the real images and written there.
 
     Returns:
         A dict with ``metric`` ("fid" / "fcd"), ``extractor``, ``value``,
-        ``num_samples``, ``num_real`` and, when available, ``classifier_score``.
+        ``num_samples``, ``num_real``, ``inception_score`` (and ``_std``) or
+        ``classifier_score``, ``kid`` (and ``_std``, ``kid_subset_size``) when real
+        features are at hand, and for the FID Inception ``resize`` and
+        ``weights_sha256``.
     """
-    from kctx.metrics import ClassifierScore, FrechetInceptionDistance
+    import pathlib
 
-    metric = FrechetInceptionDistance(extractor or default_extractor(config), value_range=(-1, 1),
-                                      weights=extractor_weights)
-    has_logits = metric.extractor.logits_model is not None
-    score = ClassifierScore(metric.extractor.logits_model.output_shape[-1]) if has_logits else None
-    for images in real_image_batches(config, num_real or max(num_samples, 10_000), batch_size,
-                                     data_dir, manual_dir, download):
-        metric.update_state(images, None)
+    reference = fid_reference or config.fid_reference
+    existing = reference if reference and pathlib.Path(reference).exists() else None
+    metric = evaluation_metrics(config, extractor, extractor_weights, fid_weights, fid_resize,
+                                existing)
+    if existing is None:
+        for images in real_image_batches(config, num_real or max(num_samples, 10_000),
+                                         batch_size, data_dir, manual_dir, download):
+            metric.update_state(images, None)
+        if reference:
+            metric.save_reference(reference)
+            if log:
+                log(f"reference statistics of {metric.counts()[0]} real images written to "
+                    f"{reference}")
 
     def noise(step, n):
         keys = tf.random.experimental.stateless_split(
@@ -120,47 +152,72 @@ def evaluate_generator(generator, config, num_samples=50_000, seed=0, batch_size
     produced = step = 0
     while produced < num_samples:
         n = min(batch_size, num_samples - produced)
-        fake = sample(tf.constant(step), n)
-        metric.update_state(None, fake)
-        if score is not None:
-            score.update_state(metric.extractor.logits(keras.ops.cast(fake, "float32")))
+        metric.update_state(None, sample(tf.constant(step), n))
         produced += n
         step += 1
         if log and step % 50 == 0:
             log(f"  {produced}/{num_samples} samples")
-    result = {
-        "metric": metric.name,
-        "extractor": metric.extractor_name,
-        "value": float(metric.result()),
-        "num_samples": num_samples,
-        "num_real": metric.counts()[0],
-    }
-    if score is not None:
-        result["classifier_score"] = float(score.result())
+    return scores_of(metric.result(), num_samples, reference)
+
+
+def scores_of(values, num_samples, reference=None):
+    """The run's result fields from :meth:`GenerativeMetrics.result`."""
+    fid_inception = values["extractor"] == "fid_inception_v3"
+    result = {"metric": "fcd" if values["extractor"] == "digits_classifier" else "fid",
+              "extractor": values["extractor"], "num_samples": num_samples,
+              "num_real": values["real_count"]}
+    if "frechet_inception_distance" in values:
+        result["value"] = values["frechet_inception_distance"]
+    else:
+        result["evaluation_error"] = values["frechet_inception_distance_error"]
+    if "inception_score_mean" in values:
+        name = "inception_score" if fid_inception else "classifier_score"
+        result[name] = values["inception_score_mean"]
+        if fid_inception:
+            result["inception_score_std"] = values["inception_score_std"]
+    if "kernel_inception_distance_mean" in values:
+        result.update(kid=values["kernel_inception_distance_mean"],
+                      kid_std=values["kernel_inception_distance_std"],
+                      kid_subset_size=values["kid_subset_size"])
+    if fid_inception:
+        result.update(resize=values["resize"], weights_sha256=values["weights_sha256"])
+    if reference:
+        result["reference"] = str(reference)
     return result
 
 
 def format_result(result):
-    """One line naming the metric, the extractor and the sample counts."""
-    if "value" not in result:
+    """One line naming the metrics, the extractor (resize, weights) and the sample counts."""
+    if "extractor" not in result:  # nothing scored: no samples, or no extractor weights
         return f"no FID / FCD: {result.get('evaluation_error', 'eval_samples=0')}"
-    line = (f"{result['metric'].upper()} ({result['extractor']}, {result['num_samples']} "
-            f"generated vs {result['num_real']} real): {result['value']:.3f}")
+    extractor = result["extractor"]
+    if "resize" in result:
+        extractor += f", resize {result['resize']}, weights {result['weights_sha256'][:12]}"
+    value = (f"{result['value']:.3f}" if "value" in result
+             else f"undefined ({result['evaluation_error']})")
+    line = (f"{result['metric'].upper()} ({extractor}; {result['num_samples']} "
+            f"generated vs {result['num_real']} real): {value}")
+    if "inception_score" in result:
+        line += (f"; IS {result['inception_score']:.3f} ± "
+                 f"{result['inception_score_std']:.3f}")
     if "classifier_score" in result:
         line += f"; classifier score {result['classifier_score']:.3f}"
+    if "kid" in result:
+        line += f"; KID {result['kid']:.5f} ± {result['kid_std']:.5f}"
     return line
 
 
 class GANWorkflow(Workflow):
     """HamGAN: a ``ConditionalGAN`` (custom ``train_step``), its noise in the data, sample
-    grids, and the Fréchet distance of the sampling generator."""
+    grids, and FID / IS / KID of the sampling generator."""
 
     name = "gan"
     configs = CONFIGS
     variant_field = "context"
     default_config = "digits"
     model_file = "generator.keras"
-    evaluation_fields = ("eval_samples", "eval_real", "extractor", "extractor_weights")
+    evaluation_fields = ("eval_samples", "eval_real", "extractor", "extractor_weights",
+                         "fid_weights", "fid_resize", "fid_reference")
 
     def get_config(self, name, **overrides):
         return get_config(name, **overrides)
@@ -214,7 +271,8 @@ class GANWorkflow(Workflow):
                 num_real=config.eval_real, extractor=default_extractor(config),
                 extractor_weights=config.extractor_weights, data_dir=run.data.data_dir,
                 manual_dir=run.data.manual_dir, download=run.data.download))
-        except RuntimeError as error:  # the InceptionV3 weights are not available offline
+        except (RuntimeError, FileNotFoundError, CheckpointMismatchError) as error:
+            # No extractor weights (offline), or a file that is not the extractor's.
             results["evaluation_error"] = str(error)
         return results
 
@@ -223,8 +281,9 @@ class GANWorkflow(Workflow):
 
     def scores(self, results):
         scores = {results["metric"]: results["value"]} if "value" in results else {}
-        if "classifier_score" in results:
-            scores["classifier_score"] = results["classifier_score"]
+        for name in ("inception_score", "classifier_score", "kid"):
+            if name in results:
+                scores[name] = results[name]
         return scores
 
 

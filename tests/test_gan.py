@@ -245,3 +245,35 @@ def test_tensorboard_scalars_for_losses_and_fcd(tmp_path):
                 tags.setdefault(value.tag, []).append(event.step)
     assert {"epoch_d_loss", "epoch_g_loss", "fcd"} <= set(tags), sorted(tags)
     assert tags["epoch_d_loss"] == [0, 1] and tags["fcd"] == [2]
+
+
+def test_evaluate_with_the_fid_inception_records_weights_resize_and_reference(tmp_path):
+    """FID / IS / KID with the FID Inception (the fixture's random weights): the weights
+    file's SHA-256 and the resize recorded, reference statistics written once then read,
+    and without a weights file a result that says where to get one."""
+    import hashlib
+
+    from fid_inception_check import WEIGHTS
+    from gan.evaluate import evaluate
+    from gan.train import train
+
+    quiet = dict(verbose=0, log=lambda *_: None)
+    train(model_dir=tmp_path, steps=2, batch_size=4, checkpoint_every=2, eval_samples=0,
+          **quiet)
+    stats = tmp_path / "reference.npz"
+    options = dict(output=False, log=lambda *_: None, eval_samples=12, eval_real=12,
+                   extractor="fid_inception_v3", fid_weights=str(WEIGHTS),
+                   fid_reference=str(stats))
+    first = evaluate(tmp_path, **options)
+    assert stats.exists() and first["reference"] == str(stats)
+    assert first["weights_sha256"] == hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+    assert first["resize"] == "tensorflow" and first["num_real"] == 12
+    assert first["inception_score"] > 1 and first["kid_subset_size"] == 12
+    assert "2048" in first["evaluation_error"]  # 12 samples: no FID, IS and KID still
+    second = evaluate(tmp_path, **options)  # the reference is read, not recomputed
+    assert second["kid"] == pytest.approx(first["kid"], rel=1e-6)
+    with pytest.raises(ValueError, match="resize 'tensorflow'.*resize 'clean'"):
+        evaluate(tmp_path, **{**options, "fid_resize": "clean"})
+    missing = evaluate(tmp_path, output=False, log=lambda *_: None, eval_samples=12,
+                       extractor="fid_inception_v3")
+    assert "pt_inception-2015-12-05-6726825d.pth" in missing["evaluation_error"]

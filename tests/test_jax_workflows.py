@@ -7,10 +7,7 @@ backends). Keras picks its backend at import, so the JAX checks run in subproces
 """
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -18,23 +15,9 @@ import pytest
 
 from kctx.training import ArrayCheckpoint, CheckpointError
 from kctx.training.optimizers import OptimizerGroup
-from workflow_runs import ROOT, TINY, environment, finish, start
+from workflow_runs import TINY, finish, jax_environment, run_jax, start
 
 TESTS = pathlib.Path(__file__).parent
-
-
-def jax_environment(devices=2, **extra):
-    return environment(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-                       XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                       PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]), **extra)
-
-
-def run_jax(args, devices=2, timeout=900):
-    """Run ``python ARGS`` on JAX with ``devices`` CPU devices; returns its output."""
-    completed = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                               env=jax_environment(devices), cwd=ROOT, timeout=timeout)
-    assert completed.returncode == 0, (completed.stdout[-3000:], completed.stderr[-5000:])
-    return completed.stdout
 
 
 @pytest.mark.parametrize("share", [0, 1])

@@ -60,6 +60,21 @@ def environment(**extra):
     return env
 
 
+def jax_environment(devices=2, **extra):
+    """:func:`environment` for a JAX subprocess with ``devices`` virtual CPU devices."""
+    return environment(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+                       XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                       PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), **extra)
+
+
+def run_jax(args, devices=2, timeout=900):
+    """Run ``python ARGS`` on JAX with ``devices`` CPU devices; returns its output."""
+    completed = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                               env=jax_environment(devices), cwd=ROOT, timeout=timeout)
+    assert completed.returncode == 0, (completed.stdout[-3000:], completed.stderr[-5000:])
+    return completed.stdout
+
+
 def start(args, env=None, cwd=ROOT):
     return subprocess.Popen([sys.executable, *args], env=env or environment(), cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

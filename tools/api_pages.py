@@ -22,9 +22,11 @@ INTRODUCTIONS = {
                    "`context_block` picks one by name.",
     "kctx.models": "Model builders: KANets and MobileNetV2, dilated ResNets with torchvision "
                    "weights, SegNeXt (MSCAN + LightHamHead) with the official checkpoints, "
-                   "context-block insertion, the sequence models.",
-    "kctx.metrics": "Streaming FID / FCD with float64 sums, the classifier score (Inception "
-                    "score from logits), feature extractors.",
+                   "the FID Inception (2015-12-05 graph), context-block insertion, the "
+                   "sequence models.",
+    "kctx.metrics": "FID / IS / KID with the field's Inception network (the 2015-12-05 graph, "
+                    "three resizes) or the digits classifier (FCD), from one pass: streaming "
+                    "float64 statistics, reference statistics files, feature extractors.",
     "kctx.profile": "Parameters, multiply-adds counted from the traced graph, latency and peak "
                     "memory of a layer or model, in a fresh process; receptive fields.",
     "kctx.export": "SavedModel, ONNX and LiteRT artifacts (float, dynamic-range or full int8), "
@@ -35,6 +37,8 @@ INTRODUCTIONS = {
                  "step-indexed, per-host input streams the workflows share.",
     "kctx.distribute": "Where a run trains: tf.distribute strategies on TensorFlow, "
                        "`keras.distribution.DataParallel` (one or several hosts) on JAX.",
+    "kctx.convert": "Checkpoint conversion into kctx's models through one strict porting "
+                    "helper: the FID Inception from pytorch-fid's or torch-fidelity's file.",
     "kctx.checkpoints": "PyTorch `.pth` files read as NumPy arrays without PyTorch and without "
                         "running pickled code (an allow-list of globals).",
     "kctx.sf": "Non-parametric sparse factorization (Chord SF) against truncated SVD.",

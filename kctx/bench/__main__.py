@@ -38,6 +38,11 @@ BENCHMARKS = {
         "SegNeXt T/S/B/L: params, MACs, CPU latency in Keras-TF, XLA, ONNX Runtime, LiteRT "
         "vs the official PyTorch model",
     ),
+    "fid": (
+        "kctx.bench.fid",
+        "FID Inception features: images/s of kctx (Keras-TF, JAX) beside torch-fidelity; "
+        "FID over 50k images",
+    ),
     "retention": (
         "kctx.bench.retention",
         "Memory a process keeps per model built and fitted (sweeps of many models)",

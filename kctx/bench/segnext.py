@@ -32,10 +32,8 @@ Hamburger...) in Keras-TF (TensorFlow's profiler, :func:`keras_layer_profile`) n
 the official model's (forward hooks), to show where the time goes.
 """
 
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -47,7 +45,9 @@ import time
 from kctx.bench import output_path, positive_int, report
 from kctx.bench.standalone import (CONV_1X1, CONV_3X3, ELEMENTWISE, HAMBURGER, HEAD_CONV,
                                    HEAD_NORM, HEAD_RESIZE, LAYOUT, OVERHEAD, UPSAMPLE,
-                                   cpu_jiffies, depthwise_kind, other_load)
+                                   cpu_jiffies, cpu_model, depthwise_kind, other_load,
+                                   package_versions)
+from kctx.profile.layer_profile import run_worker
 
 VARIANTS = ("t", "s", "b", "l")
 RUNTIMES = ("keras", "keras_xla", "onnx", "litert")
@@ -308,24 +308,9 @@ _TASKS = {"stats": model_stats, "keras": keras_latency, "artifact": artifact_lat
           "layer_profile": keras_layer_profile}
 
 
-def _worker_main(task):
-    request = json.loads(sys.stdin.read())
-    result = _TASKS[task](**request)
-    sys.stdout.write(_RESULT_MARKER + json.dumps(result) + "\n")
-
-
 def run_task(task, request, timeout=None):
-    """Run a task of this module in a fresh ``python -m kctx.bench.segnext`` process."""
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    completed = subprocess.run([sys.executable, "-m", "kctx.bench.segnext", task],
-                               input=json.dumps(request), capture_output=True, text=True,
-                               env=env, timeout=timeout)
-    for line in completed.stdout.splitlines():
-        if line.startswith(_RESULT_MARKER):
-            return json.loads(line[len(_RESULT_MARKER):])
-    raise RuntimeError(f"segnext {task} process failed with exit code "
-                       f"{completed.returncode}:\n{completed.stderr[-4000:]}")
+    """Run a task of this module (``_TASKS``) in a fresh process on Keras-TF."""
+    return run_worker(f"kctx.bench.segnext:{_TASKS[task].__name__}", request, timeout)
 
 
 def official_latency(python, variant, size=512, num_classes=150, repeats=5, warmup=2,
@@ -434,36 +419,9 @@ def run_segnext(variants=VARIANTS, runtimes=RUNTIMES, size=512, num_classes=150,
     return rows
 
 
-def _cpu_model():
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key in ("model name", "cpu family", "model", "stepping") and key not in info:
-                    info[key] = value
-                elif key == "flags" and "flags" not in info:
-                    info["flags"] = [flag for flag in value.split()
-                                     if flag in ("avx2", "fma", "avx512f", "avx512_bf16",
-                                                 "avx512_vnni", "amx_tile")]
-    except OSError:
-        pass
-    return {"model_name": info.get("model name", platform.processor() or platform.machine()),
-            "family": info.get("cpu family"), "model": info.get("model"),
-            "stepping": info.get("stepping"), "flags": info.get("flags", []),
-            "logical_cpus": os.cpu_count()}
-
-
 def _versions():
-    versions = {"python": platform.python_version()}
-    for name in ("kctx", "tensorflow", "keras", "onnxruntime", "tf2onnx", "ai-edge-litert",
-                 "numpy"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    return package_versions(("kctx", "tensorflow", "keras", "onnxruntime", "tf2onnx",
+                             "ai-edge-litert", "numpy"))
 
 
 def command_line(args):
@@ -612,7 +570,7 @@ def main(args):
         "benchmark": "segnext",
         "command": command_line(args),
         "argv": sys.argv[1:],
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "threads": args.threads,
         "size": args.size,
         "num_classes": args.num_classes,
@@ -655,6 +613,3 @@ def add_arguments(parser):
     parser.add_argument("--json", type=output_path,
                         help="write the rows, the CPU, versions, threads and the command here")
 
-
-if __name__ == "__main__":
-    _worker_main(sys.argv[1])

@@ -49,3 +49,44 @@ def other_load(before, after):
         return {"others_cpu_pct": None, "steal_pct": None}
     return {"others_cpu_pct": round(100 * max(0, busy - own) / total, 1),
             "steal_pct": round(100 * steal / total, 1)}
+
+
+def cpu_model():
+    """The CPU's model name, family / model / stepping, the vector-instruction flags
+    that decide TensorFlow's and PyTorch's kernels, and the logical CPU count."""
+    import os
+    import platform
+
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key in ("model name", "cpu family", "model", "stepping") and key not in info:
+                    info[key] = value
+                elif key == "flags" and "flags" not in info:
+                    info["flags"] = [flag for flag in value.split()
+                                     if flag in ("avx2", "fma", "avx512f", "avx512_bf16",
+                                                 "avx512_vnni", "amx_tile")]
+    except OSError:
+        pass
+    return {"model_name": info.get("model name", platform.processor() or platform.machine()),
+            "family": info.get("cpu family"), "model": info.get("model"),
+            "stepping": info.get("stepping"), "flags": info.get("flags", []),
+            "logical_cpus": os.cpu_count()}
+
+
+def package_versions(names):
+    """``{"python": ..., name: version or None}`` of installed distributions."""
+    import importlib.metadata
+    import platform
+
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+

@@ -7,6 +7,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx.convert.fid_inception import load_fid_inception_weights, where_to_get_weights
+from kctx.models.fid_inception import (FID_INCEPTION_FEATURES, FID_INCEPTION_SIZE,
+                                       fid_inception_v3, fold_batch_norms)
+from kctx.ops.fid_resize import FID_RESIZES, fid_inception_input
+
 INCEPTION_WEIGHTS_FILE = "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"
 DIGITS_CLASSIFIER_FILE = "digits_classifier_v2.keras"
 
@@ -23,12 +28,20 @@ class Extractor:
 
     Args:
         name: reported with every score ("inception_v3", "digits_classifier", ...).
-        model: maps preprocessed images (in [-1, 1]) to features (B, D) or
+        model: maps prepared images (:meth:`scale`) to features (B, D) or
             feature maps (flattened).
         image_size: (height, width) the model expects.
         channels: channels the model expects (1 or 3).
         logits_model: optional model giving class logits, for classifier scores.
+
+    Attributes:
+        resize: how images are brought to ``image_size`` (``"antialiased-bilinear"``
+            here; the FID Inception's choice for :class:`FIDInceptionExtractor`).
+        weights_sha256: the SHA-256 of the weights file, when one was read.
     """
+
+    resize = "antialiased-bilinear"
+    weights_sha256 = None
 
     def __init__(self, name, model, image_size, channels, logits_model=None):
         self.name = name
@@ -36,8 +49,20 @@ class Extractor:
         self.image_size = tuple(int(s) for s in image_size)
         self.channels = int(channels)
         self.logits_model = logits_model
-        out = model.output_shape if hasattr(model, "output_shape") else None
-        self.feature_dim = int(np.prod(out[1:])) if out is not None else None
+        out = getattr(model, "output_shape", None)
+        self.feature_dim = int(np.prod(out[1:])) if isinstance(out, tuple) else None
+
+    @property
+    def has_logits(self):
+        return self.logits_model is not None
+
+    def scale(self, levels):
+        """(B, H, W, channels) float levels in [0, 255] → the model's input: an
+        antialiased bilinear resize to ``image_size``, then [-1, 1]."""
+        if tuple(levels.shape[1:3]) != self.image_size:
+            levels = ops.image.resize(levels, self.image_size, interpolation="bilinear",
+                                      antialias=True)
+        return levels / 127.5 - 1.0
 
     def __call__(self, images):
         features = self.model(images, training=False)
@@ -50,9 +75,79 @@ class Extractor:
             raise ValueError(f"Extractor {self.name!r} has no classifier head for logits.")
         return self.logits_model(images, training=False)
 
+    def features_and_logits(self, images):
+        """``(features, logits or None)`` of prepared images."""
+        return self(images), (self.logits(images) if self.has_logits else None)
+
+    def signature(self):
+        """What makes two feature sets comparable: extractor, resize, weights file."""
+        return {"extractor": self.name, "resize": self.resize,
+                "weights_sha256": self.weights_sha256}
+
+
+class FIDInceptionExtractor(Extractor):
+    """The FID Inception (:func:`kctx.models.fid_inception_v3`) as an extractor: pool3
+    features (2048) and the unbiased 1008-way logits of the Inception Score, from one
+    pass; images prepared by ``resize`` (:func:`kctx.ops.fid_inception_input`).
+
+    Args:
+        model: a filled :func:`kctx.models.fid_inception_v3` model.
+        resize: ``"tensorflow"`` (the papers' FID), ``"pytorch-fid"`` or ``"clean"``.
+        weights_sha256: the SHA-256 of the weights file, recorded with every score.
+    """
+
+    def __init__(self, model, resize="tensorflow", weights_sha256=None):
+        if resize not in FID_RESIZES:
+            raise ValueError(f"`resize` must be one of {FID_RESIZES}. Received: "
+                             f"resize={resize!r}")
+        super().__init__("fid_inception_v3", model, FID_INCEPTION_SIZE, 3)
+        self.feature_dim = FID_INCEPTION_FEATURES
+        self.resize = resize
+        self.weights_sha256 = weights_sha256
+        # Batch norms folded into the convolutions: one fused pass per layer.
+        self._forward = compiled_inference(fold_batch_norms(model))
+
+    @property
+    def has_logits(self):
+        return True
+
+    def scale(self, levels):
+        return fid_inception_input(levels, self.image_size, self.resize)
+
+    def features_and_logits(self, images):
+        outputs = self._forward(images)
+        return outputs["pool3"], outputs["logits_unbiased"]
+
+    def __call__(self, images):
+        return self.features_and_logits(images)[0]
+
+    def logits(self, images):
+        return self.features_and_logits(images)[1]
+
+
+def compiled_inference(model):
+    """``model(x, training=False)`` compiled once per input shape: a ``tf.function`` on
+    TensorFlow, ``jax.jit`` of the stateless call on JAX, the model itself elsewhere."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    if backend == "jax":
+        import jax
+
+        @jax.jit
+        def forward(trainable, non_trainable, x):
+            return model.stateless_call(trainable, non_trainable, x, training=False)[0]
+
+        return lambda x: forward([v.value for v in model.trainable_variables],
+                                 [v.value for v in model.non_trainable_variables], x)
+    return lambda x: model(x, training=False)
+
 
 def prepare_images(images, value_range, extractor):
-    """Quantise to uint8 levels, match channels, antialiased resize, map to [-1, 1]."""
+    """Quantise to uint8 levels, match channels, then the extractor's resize and scale
+    (:meth:`Extractor.scale`)."""
     low, high = value_range
     x = ops.cast(images, "float32")
     x = ops.round(ops.clip((x - low) * (255.0 / (high - low)), 0.0, 255.0))
@@ -67,9 +162,32 @@ def prepare_images(images, value_range, extractor):
                 f"Images have {channels} channels; extractor {extractor.name!r} expects "
                 f"{extractor.channels}."
             )
-    if tuple(x.shape[1:3]) != extractor.image_size:
-        x = ops.image.resize(x, extractor.image_size, interpolation="bilinear", antialias=True)
-    return x / 127.5 - 1.0
+    return extractor.scale(x)
+
+
+def fid_inception(weights, resize="tensorflow"):
+    """The FID Inception extractor, filled from pytorch-fid's or torch-fidelity's file.
+
+    Args:
+        weights: the ``.pth`` path (``pt_inception-2015-12-05-6726825d.pth`` or
+            ``weights-inception-2015-12-05-6726825d.pth``), a state dict, or
+            ``"random"`` (random weights: smoke tests only, not a valid FID).
+        resize: ``"tensorflow"``, ``"pytorch-fid"`` or ``"clean"``
+            (:func:`kctx.ops.fid_inception_input`).
+
+    Raises:
+        RuntimeError: ``weights`` is None: it says where to get the file.
+        FileNotFoundError: no file at ``weights``.
+        kctx.convert.CheckpointMismatchError: the file is not the FID Inception's.
+    """
+    if weights is None:
+        raise RuntimeError("The FID Inception needs its weights file (weights=PATH), which "
+                           "kctx does not download. " + where_to_get_weights())
+    model = fid_inception_v3()
+    sha256 = None
+    if not (isinstance(weights, str) and weights == "random"):
+        sha256 = load_fid_inception_weights(model, weights)["sha256"]
+    return FIDInceptionExtractor(model, resize=resize, weights_sha256=sha256)
 
 
 def inception_v3(weights=None):
@@ -81,8 +199,9 @@ def inception_v3(weights=None):
             weights file, or ``"random"`` (random init; for smoke tests only,
             not a valid FID).
 
-    Note: these are the Keras application weights, not the TF-slim graph of
-    the original FID code, so absolute values are not comparable with papers.
+    Note: these are the Keras application weights, not the 2015-12-05 graph of the
+    original FID code, so absolute values are not comparable with papers: use
+    :func:`fid_inception` (``extractor="fid_inception_v3"``) for those.
     """
     source = "imagenet" if weights is None else (None if weights == "random" else weights)
     try:
@@ -154,10 +273,26 @@ def digits_classifier(weights=None, log=print):
     return Extractor("digits_classifier", features, (32, 32), 1, logits_model=model)
 
 
-def get_extractor(spec, weights=None):
-    """An :class:`Extractor` from a name, a ``keras.Model`` or an Extractor."""
+EXTRACTORS = ("fid_inception_v3", "inception_v3", "digits_classifier")
+"""The extractors :func:`get_extractor` builds by name."""
+
+
+def get_extractor(spec, weights=None, resize=None):
+    """An :class:`Extractor` from a name, a ``keras.Model`` or an Extractor.
+
+    ``resize`` applies to ``"fid_inception_v3"`` only (default ``"tensorflow"``).
+    """
     if isinstance(spec, Extractor):
+        if resize is not None and resize != spec.resize:
+            raise ValueError(f"The extractor {spec.name!r} resizes with {spec.resize!r}. "
+                             f"Received: resize={resize!r}")
         return spec
+    if resize is not None and spec != "fid_inception_v3":
+        raise ValueError("`resize` chooses the FID Inception's resize; the extractor "
+                         f"{spec if isinstance(spec, str) else type(spec).__name__!r} has its "
+                         f"own. Received: resize={resize!r}")
+    if spec == "fid_inception_v3":
+        return fid_inception(weights, resize or "tensorflow")
     if spec == "inception_v3":
         return inception_v3(weights)
     if spec == "digits_classifier":
@@ -166,6 +301,6 @@ def get_extractor(spec, weights=None):
         shape = spec.input_shape
         return Extractor(spec.name, spec, shape[1:3], shape[-1])
     raise ValueError(
-        "`extractor` must be 'inception_v3', 'digits_classifier', a keras.Model or an "
-        f"Extractor. Received: extractor={spec!r}"
+        "`extractor` must be 'fid_inception_v3', 'inception_v3', 'digits_classifier', a "
+        f"keras.Model or an Extractor. Received: extractor={spec!r}"
     )

@@ -20,6 +20,8 @@ from keras import ops
 
 from kctx.metrics.extractors import get_extractor, prepare_images
 from kctx.metrics.float64 import Float64Sums
+from kctx.metrics.reference import (ReferenceStatistics, check_signature,
+                                    load_reference_statistics, save_reference_statistics)
 
 
 def frechet_distance(mu1, sigma1, mu2, sigma2, eps=1e-6):
@@ -128,14 +130,23 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     ``result()`` is a NumPy float64 (:class:`kctx.metrics.float64.Float64Sums`).
 
     Args:
-        extractor: ``"inception_v3"`` (pool features, 2048-d; the paper's FID),
-            ``"digits_classifier"`` (the kctx digits classifier: the result is
-            the Fréchet classifier distance, FCD), or any ``keras.Model``
-            mapping images to features.
+        extractor: ``"fid_inception_v3"`` (the 2015-12-05 Inception graph of every
+            published FID, filled from ``weights``: pytorch-fid's or torch-fidelity's
+            ``.pth``), ``"inception_v3"`` (Keras' ImageNet InceptionV3: not comparable
+            with published numbers), ``"digits_classifier"`` (the kctx digits
+            classifier: the result is the Fréchet classifier distance, FCD), or any
+            ``keras.Model`` mapping images to features.
         value_range: (low, high) of the incoming images, e.g. (-1, 1) for a
             tanh generator or (0, 255).
-        weights: path of extractor weights (InceptionV3 / digits classifier);
-            ``None`` uses the Keras / kctx cache.
+        weights: path of the extractor's weights (the FID Inception's ``.pth``, the
+            InceptionV3 ``.h5``, the digits classifier); ``None`` uses the Keras /
+            kctx cache (the FID Inception has none: it then says where to get it).
+        resize: the FID Inception's resize to 299×299: ``"tensorflow"`` (TF1's
+            bilinear: TTUR, TF-GAN, torch-fidelity; the default), ``"pytorch-fid"`` or
+            ``"clean"`` (clean-fid's); see :func:`kctx.ops.fid_inception_input`.
+        reference: reference statistics of the real images (a ``.npz`` path or
+            :class:`kctx.metrics.ReferenceStatistics`) used instead of feeding real
+            images; refused when another extractor or resize made them.
         name: metric name; defaults to ``"fid"`` or ``"fcd"``.
 
     Examples:
@@ -154,9 +165,9 @@ class FrechetInceptionDistance(keras.metrics.Metric):
         to a Local Nash Equilibrium", NeurIPS 2017 (FID).
     """
 
-    def __init__(self, extractor="inception_v3", value_range=(-1.0, 1.0), weights=None,
-                 name=None, **kwargs):
-        self.extractor = get_extractor(extractor, weights=weights)
+    def __init__(self, extractor="fid_inception_v3", value_range=(-1.0, 1.0), weights=None,
+                 resize=None, reference=None, name=None, **kwargs):
+        self.extractor = get_extractor(extractor, weights=weights, resize=resize)
         if name is None:
             name = "fcd" if self.extractor.name == "digits_classifier" else "fid"
         super().__init__(name=name, **kwargs)
@@ -168,19 +179,54 @@ class FrechetInceptionDistance(keras.metrics.Metric):
             shapes.update({f"{side}_sum": (dim,), f"{side}_outer": (dim, dim),
                            f"{side}_count": (), f"{side}_nonfinite": ()})
         self._sums = Float64Sums(self, shapes)
+        self.reference = None
+        self.reference_path = reference if isinstance(reference, (str, bytes)) else None
+        if reference is not None:
+            self.set_reference(reference)
 
     @property
     def extractor_name(self):
         return self.extractor.name
+
+    def set_reference(self, reference):
+        """Use reference statistics (a ``.npz`` path or :class:`ReferenceStatistics`) as
+        the real side; they must come from this metric's extractor and resize."""
+        signature = self.extractor.signature()
+        if isinstance(reference, ReferenceStatistics):
+            check_signature(reference.signature, signature, "The reference statistics")
+        else:
+            reference = load_reference_statistics(reference, expected=signature)
+        dim = self.extractor.feature_dim
+        if reference.mu.shape != (dim,):
+            raise ValueError(f"The reference statistics have {reference.mu.shape[0]} features; "
+                             f"the extractor {self.extractor.name!r} gives {dim}.")
+        self.reference = reference
+
+    def reference_statistics(self, side="real", features=None):
+        """The statistics fed so far on ``side`` as :class:`ReferenceStatistics`
+        (with the extractor's signature; ``features``, when given, are stored too)."""
+        mu, sigma = (np.asarray(ops.convert_to_numpy(v), np.float64)
+                     for v in self.statistics(side))
+        count = self.counts()[0 if side == "real" else 1]
+        return ReferenceStatistics(mu, sigma, count, self.extractor.signature(), features)
+
+    def save_reference(self, path, side="real"):
+        """Write the statistics of the images fed on ``side`` to ``path`` (``.npz``) so
+        that later evaluations can pass ``reference=path`` instead of real images."""
+        return save_reference_statistics(path, self.reference_statistics(side))
 
     def features(self, images):
         """Features (float64) of a batch of images in ``value_range``."""
         prepared = prepare_images(images, self.value_range, self.extractor)
         return self._sums.cast(self.extractor(prepared))
 
+    def _side_features(self, side, images):
+        """The float64 features of a batch fed on ``side`` (subclasses keep more)."""
+        return self.features(images)
+
     def _accumulate(self, side, images):
         sums, xp = self._sums, self._sums.ops
-        features = self.features(images)
+        features = self._side_features(side, images)
         sums.add(f"{side}_sum", xp.sum(features, axis=0))
         sums.add(f"{side}_outer", xp.matmul(xp.transpose(features), features))
         sums.add(f"{side}_count", sums.cast(ops.shape(features)[0]))
@@ -191,18 +237,30 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     def update_state(self, real_images=None, generated_images=None, sample_weight=None):
         if sample_weight is not None:
             raise ValueError("FrechetInceptionDistance does not support sample_weight.")
+        if real_images is not None and self.reference is not None:
+            raise ValueError("This metric compares with reference statistics: feed generated "
+                             "images only (real_images=None).")
         if real_images is not None:
             self._accumulate("real", real_images)
         if generated_images is not None:
             self._accumulate("generated", generated_images)
 
     def counts(self):
-        return tuple(int(ops.convert_to_numpy(self._sums.value(f"{s}_count")))
-                     for s in ("real", "generated"))
+        """(real, generated) images fed so far; the real count is the reference's
+        when there is one (``None`` if its file does not record it)."""
+        counts = tuple(int(ops.convert_to_numpy(self._sums.value(f"{s}_count")))
+                       for s in ("real", "generated"))
+        return (self.reference.count, counts[1]) if self.reference is not None else counts
 
     def statistics(self, side):
-        """(mean, covariance) of ``"real"`` or ``"generated"`` features so far."""
+        """(mean, covariance) of ``"real"`` or ``"generated"`` features so far (the
+        reference's for ``"real"`` when there is one)."""
         sums = self._sums
+        if side == "real" and self.reference is not None:
+            if sums.host:
+                return self.reference.mu, self.reference.sigma
+            return (ops.convert_to_tensor(self.reference.mu, "float64"),
+                    ops.convert_to_tensor(self.reference.sigma, "float64"))
         return gaussian_statistics(sums.value(f"{side}_sum"), sums.value(f"{side}_outer"),
                                    sums.value(f"{side}_count"), xp=sums.ops)
 
@@ -221,7 +279,7 @@ class FrechetInceptionDistance(keras.metrics.Metric):
                         "Fréchet distance is undefined. Check the generator's outputs "
                         "(or the data) for NaN before scoring."
                     )
-                if n <= dim:
+                if n is not None and n <= dim:
                     raise ValueError(
                         f"Fréchet distance needs more {side} samples than feature dimensions "
                         f"({dim}) for a full-rank covariance; received {n}. Feed at least "
@@ -241,7 +299,9 @@ class FrechetInceptionDistance(keras.metrics.Metric):
     def get_config(self):
         config = super().get_config()
         config.update({"extractor": self.extractor.name, "value_range": self.value_range,
-                       "weights": self.weights_path})
+                       "weights": self.weights_path, "reference": self.reference_path,
+                       "resize": (self.extractor.resize
+                                  if self.extractor.name == "fid_inception_v3" else None)})
         return config
 
 

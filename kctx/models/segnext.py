@@ -22,6 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kctx.convert.porting import CheckpointMismatchError
 from kctx.layers.context_block import context_block
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
 from kctx.layers.resize import ResizeToMatch
@@ -512,11 +513,6 @@ _SKIPPED_SUFFIXES = (".num_batches_tracked",)
 _IMAGENET_CLASSIFIER = ("head.weight", "head.bias")
 _NORMS = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
           "running_var": "moving_variance"}
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint does not fit the model: tensors left unused, Keras weights left
-    unfilled, or shapes that differ (the message lists their names)."""
 
 
 def _read_state(weights):

@@ -1,6 +1,8 @@
 """Entry point of the isolated profiling process: ``python -m kctx.profile.worker TASK``.
 
-Reads a JSON request on stdin and prints one result line on stdout.
+Reads a JSON request on stdin and prints one result line on stdout. ``TASK`` is one of
+the profiler's tasks, or ``kctx.MODULE:FUNCTION``: a function of a kctx module called
+with the request as keyword arguments (how the benchmarks measure in fresh processes).
 """
 
 import importlib
@@ -40,6 +42,9 @@ def main(argv=None):
         from kctx.profile.runtimes import runtime_latency
 
         result = runtime_latency(**request, isolate=False)
+    elif ":" in task and task.startswith("kctx."):
+        module_name, function = task.split(":", 1)
+        result = getattr(importlib.import_module(module_name), function)(**request)
     else:
         raise SystemExit(f"unknown task {task!r}")
     sys.stdout.write(layer_profile._RESULT_MARKER + json.dumps(result) + "\n")
