@@ -40,7 +40,8 @@ INTRODUCTIONS = {
     "kctx.convert": "Checkpoint conversion into kctx's models through one strict porting "
                     "helper: the FID Inception from pytorch-fid's or torch-fidelity's file.",
     "kctx.checkpoints": "PyTorch `.pth` files read as NumPy arrays without PyTorch and without "
-                        "running pickled code (an allow-list of globals).",
+                        "running pickled code (an allow-list of globals), in time and memory "
+                        "bounded by the file and `max_bytes`.",
     "kctx.sf": "Non-parametric sparse factorization (Chord SF) against truncated SVD.",
     "kctx.testing": "The shared layer-test battery and test helpers.",
 }
