@@ -17,7 +17,7 @@ from kctx.testing import run_layer_test
 assert keras.backend.backend() == "jax", keras.backend.backend()
 assert len(jax.devices()) == 2, jax.devices()
 
-SHAPE = (2, 4, 4, 32)  # 32 channels: ham_nmf_light's group norm has 32 groups
+SHAPE = (2, 4, 4, 32)  # 32 channels: ham_nmf_light's group norm has SegNeXt's 32 groups
 index, count = (int(value) for value in sys.argv[1:3])
 names = context_block_names()[index::count]
 for name in names:

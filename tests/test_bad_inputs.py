@@ -39,8 +39,6 @@ ATTENTION_LOGITS = ("attention", "attention_pool", "kao_kv", "kao_qkv", "non_loc
 def image_layer(name, **kwargs):
     if name in KANET_MODULES:
         return getattr(layers, name)(expansion=2, output_channels=CHANNELS, **kwargs)
-    if name == "ham_nmf_light":  # SegNeXt's 32 groups need 32 channels; 8 have 4 groups
-        kwargs.setdefault("norm_groups", 4)
     return context_block(name, **kwargs)
 
 

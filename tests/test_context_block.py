@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from kctx.layers import Hamburger, SelfAttention2D, context_block, context_block_names
+from kctx.testing import run_layer_test
 
-SHAPE = (2, 4, 4, 32)  # 32 channels: ham_nmf_light's group norm has 32 groups
+SHAPE = (2, 4, 4, 32)  # 32 channels: ham_nmf_light's group norm has SegNeXt's 32 groups
 
 
 def test_registered_names():
@@ -89,3 +90,43 @@ def test_recipes_live_with_the_blocks():
     assert check_context_block("aspp", also=("aspp",)) == "aspp"
     with pytest.raises(ValueError, match=r"Unknown `head`.*Received: head='psf'"):
         check_context_block("psf", argument="head")  # a sequence block, not an image one
+
+
+@pytest.mark.parametrize("channels,groups", [(16, 16), (48, 24), (100, 25)])
+def test_ham_nmf_light_runs_on_any_channels(channels, groups):
+    """The registry's light ham has no norm_groups (None): its group norm, on the upper
+    bread's C output channels, takes the largest divisor of C not above 32."""
+    layer = context_block("ham_nmf_light", rank=4, seed=0)
+    assert layer.norm_groups is None
+    layer.build((2, 4, 4, channels))
+    assert layer.resolved_norm_groups == layer.norm.groups == groups
+    config = layer.get_config()
+    assert config["norm_groups"] is None
+    run_layer_test(Hamburger, {key: value for key, value in config.items()
+                               if key not in ("name", "trainable", "dtype")}, (2, 4, 4, channels))
+
+
+def test_ham_nmf_light_keeps_segnexts_32_groups_and_saves(tmp_path):
+    layer = context_block("ham_nmf_light", rank=4, seed=0)
+    layer.build((2, 2, 2, 512))
+    assert layer.resolved_norm_groups == layer.norm.groups == 32
+    # A .keras round trip on 48 channels: the config keeps None and resolves again.
+    inputs = keras.Input((4, 4, 48))
+    model = keras.Model(inputs, context_block("ham_nmf_light", rank=4, name="ham")(inputs))
+    x = np.random.default_rng(0).standard_normal((2, 4, 4, 48)).astype("float32")
+    expected = model.predict(x, verbose=0)
+    model.save(tmp_path / "model.keras")
+    reloaded = keras.saving.load_model(tmp_path / "model.keras")
+    ham = reloaded.get_layer("ham")
+    assert ham.norm_groups is None and ham.resolved_norm_groups == ham.norm.groups == 24
+    np.testing.assert_allclose(reloaded.predict(x, verbose=0), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_ham_nmf_light_explicit_norm_groups():
+    layer = context_block("ham_nmf_light", norm_groups=8)
+    layer.build((2, 4, 4, 48))
+    assert layer.norm_groups == layer.resolved_norm_groups == layer.norm.groups == 8
+    with pytest.raises(ValueError, match="channels=48, norm_groups=32"):
+        context_block("ham_nmf_light", norm_groups=32).build((2, 4, 4, 48))
+    with pytest.raises(ValueError, match="norm_groups=0"):
+        context_block("ham_nmf_light", norm_groups=0)

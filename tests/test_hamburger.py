@@ -129,7 +129,7 @@ def test_forward_matches_numpy_reference(kwargs, training):
     np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
 
 
-OFFICIAL_SHAPE = (2, 5, 4, 32)  # 32 channels: LightHam's group norm has 32 groups
+OFFICIAL_SHAPE = (2, 5, 4, 32)  # 32 channels: LightHam's group norm has SegNeXt's 32 groups
 
 
 @pytest.mark.parametrize("variant", sorted(OFFICIAL_VARIANTS))

@@ -20,6 +20,8 @@ from kctx.ops.replicas import cross_replica_mean, synchronized_batch_norm
 
 INITS = ("random", "online", "fixed", "learned")
 NORMS = ("batch", "group", None)
+# norm_groups=None: the largest divisor of the channels not above this (SegNeXt's 32).
+MAX_DEFAULT_NORM_GROUPS = 32
 
 # Default temperature per method: the official code fixes T = 1 for the NMF
 # code initialisation; for VQ/CD the paper recommends a low T and finds
@@ -52,8 +54,9 @@ class Hamburger(keras.layers.Layer):
     * V2 (the official default, ``VERSION='V2'``): a 1×1 conv-BN-ReLU
       "cheese" on the d channels after the ham (``cheese=True``) and an upper
       bread without a norm (``norm=None``).
-    * SegNeXt's LightHamHead: group norm with 32 groups after the upper bread
-      (``norm="group"``), back-propagation through all K steps
+    * SegNeXt's LightHamHead: group norm after the upper bread (``norm="group"``;
+      ``norm_groups=None``: the largest divisor of C not above 32, which is
+      SegNeXt's 32 on its channel widths), back-propagation through all K steps
       (``one_step_gradient=False``), K = 6 in training and 7 at evaluation,
       r = 16, the absolute update guard 1e-6 (``relative_eps=False``).
     * V2+'s ``ZERO_HAM`` (a learnable branch scale starting at 0):
@@ -136,7 +139,12 @@ class Hamburger(keras.layers.Layer):
             channels between the ham and the upper bread.
         norm: the normalisation after the upper bread: ``"batch"`` (V1, the
             default), ``"group"`` (SegNeXt's LightHamHead) or ``None`` (V2).
-        norm_groups: groups of ``norm="group"`` (32 in SegNeXt); must divide C.
+        norm_groups: groups of ``norm="group"``, which normalises the upper
+            bread's C output channels (the input's channels): a positive
+            integer that divides C (32 in SegNeXt), or ``None`` for the largest
+            divisor of C not above 32 (32 on any multiple of 32; 16 on 16
+            channels, 24 on 48, 25 on 100), resolved at build into
+            ``resolved_norm_groups`` (the config keeps ``None``).
         norm_momentum: momentum of the batch normalisations (Keras convention:
             the official ``BN_MOM = 3e-4`` of PyTorch is 0.9997 here).
         norm_epsilon: epsilon of the normalisations.
@@ -215,7 +223,7 @@ class Hamburger(keras.layers.Layer):
             )
         check_optional_number("residual_scale_init", residual_scale_init)
         check_choice("norm", norm, NORMS)
-        check_positive_int("norm_groups", norm_groups)
+        check_positive_int("norm_groups", norm_groups, allow_none=True)
         for flag, value in (("relative_eps", relative_eps), ("final_relu", final_relu),
                             ("cheese", cheese), ("one_step_gradient", one_step_gradient)):
             if not isinstance(value, bool):
@@ -254,6 +262,8 @@ class Hamburger(keras.layers.Layer):
         self.cheese = cheese
         self.norm_type = norm
         self.norm_groups = norm_groups
+        # norm_groups, or for None its value for the input's channels (set in build).
+        self.resolved_norm_groups = norm_groups
         self.norm_momentum = norm_momentum
         self.norm_epsilon = norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -264,8 +274,10 @@ class Hamburger(keras.layers.Layer):
         if norm == "batch":
             self.norm = self._batch_norm("norm")
         elif norm == "group":
+            # With norm_groups=None the groups are set in build, from the channels.
             self.norm = keras.layers.GroupNormalization(
-                groups=norm_groups, epsilon=norm_epsilon, dtype=self.dtype_policy, name="norm")
+                groups=norm_groups or 1, epsilon=norm_epsilon, dtype=self.dtype_policy,
+                name="norm")
         else:
             self.norm = None
 
@@ -294,11 +306,19 @@ class Hamburger(keras.layers.Layer):
                 f"be divisible by `groups`. Received: latent_dim={latent_dim}, "
                 f"groups={self.groups}"
             )
-        if self.norm_type == "group" and channels % self.norm_groups:
-            raise ValueError(
-                "The input channels must be divisible by `norm_groups` for norm='group'. "
-                f"Received: channels={channels}, norm_groups={self.norm_groups}"
-            )
+        if self.norm_type == "group":
+            if self.norm_groups is None:
+                self.resolved_norm_groups = max(
+                    g for g in range(1, min(channels, MAX_DEFAULT_NORM_GROUPS) + 1)
+                    if channels % g == 0)
+            elif channels % self.norm_groups:
+                raise ValueError(
+                    "The input channels must be divisible by `norm_groups` for norm='group' "
+                    "(or pass norm_groups=None for the largest divisor not above "
+                    f"{MAX_DEFAULT_NORM_GROUPS}). "
+                    f"Received: channels={channels}, norm_groups={self.norm_groups}"
+                )
+            self.norm.groups = self.resolved_norm_groups
         self._channels = channels
         self._latent_dim = latent_dim
         self._group_dim = latent_dim // self.groups
@@ -567,7 +587,8 @@ def set_hamburger_eval_steps(model, eval_steps):
 # train_steps 6, eval_steps 7, GN with 32 groups), as Hamburger arguments. Every one
 # runs NMF with its absolute 1e-6 guard, C₀ = softmax(x·D) (INV_T = 1) and ends with
 # ReLU(Z + ·). d is the input's channels in all three (MD_D = 512 = CHANNELS; LightHam:
-# ham_channels).
+# ham_channels). LightHam's norm_groups=None is SegNeXt's 32 on its widths (multiples
+# of 32) and the largest divisor of C not above 32 on others: ham_nmf_light runs on any C.
 OFFICIAL_VARIANTS = {
     # Enjoy-Hamburger HamburgerV1: upper bread + BN, one-step gradient.
     "v1": dict(method="nmf", rank=64, steps=6, eval_steps=6, norm="batch", cheese=False,
@@ -577,8 +598,9 @@ OFFICIAL_VARIANTS = {
     "v2": dict(method="nmf", rank=64, steps=6, eval_steps=6, norm=None, cheese=True,
                final_relu=True, relative_eps=False, one_step_gradient=True,
                norm_momentum=0.9997, norm_epsilon=1e-5),
-    # SegNeXt's LightHamHead: GN(32) after the upper bread, BPTT through all K steps.
-    "light": dict(method="nmf", rank=16, steps=6, eval_steps=7, norm="group", norm_groups=32,
+    # SegNeXt's LightHamHead: GN (32 groups where C allows) after the upper bread, BPTT
+    # through all K steps.
+    "light": dict(method="nmf", rank=16, steps=6, eval_steps=7, norm="group", norm_groups=None,
                   cheese=False, final_relu=True, relative_eps=False, one_step_gradient=False,
                   norm_epsilon=1e-5),
 }
