@@ -195,7 +195,7 @@ def format_result(result):
         extractor += f", resize {result['resize']}, weights {result['weights_sha256'][:12]}"
     value = (f"{result['value']:.3f}" if "value" in result
              else f"undefined ({result['evaluation_error']})")
-    line = (f"{result['metric'].upper()} ({extractor}; {result['num_samples']} "
+    line = (f"{result['metric'].upper()} ({extractor}, {result['num_samples']} "
             f"generated vs {result['num_real']} real): {value}")
     if "inception_score" in result:
         line += (f"; IS {result['inception_score']:.3f} ± "
@@ -203,7 +203,7 @@ def format_result(result):
     if "classifier_score" in result:
         line += f"; classifier score {result['classifier_score']:.3f}"
     if "kid" in result:
-        line += f"; KID {result['kid']:.5f} ± {result['kid_std']:.5f}"
+        line += f"; KID {result['kid']:.4g} ± {result['kid_std']:.3g}"
     return line
 
 

@@ -272,8 +272,7 @@ def test_evaluate_with_the_fid_inception_records_weights_resize_and_reference(tm
     assert "2048" in first["evaluation_error"]  # 12 samples: no FID, IS and KID still
     second = evaluate(tmp_path, **options)  # the reference is read, not recomputed
     assert second["kid"] == pytest.approx(first["kid"], rel=1e-6)
-    with pytest.raises(ValueError, match="resize 'tensorflow'.*resize 'clean'"):
-        evaluate(tmp_path, **{**options, "fid_resize": "clean"})
+    # (A reference of another resize is refused: tests/test_fid_inception.py.)
     missing = evaluate(tmp_path, output=False, log=lambda *_: None, eval_samples=12,
                        extractor="fid_inception_v3")
     assert "pt_inception-2015-12-05-6726825d.pth" in missing["evaluation_error"]
