@@ -84,7 +84,7 @@ def read_torch(path, allowed_objects=(), max_bytes=None, copy=True):
     Bounded: the pickle is checked before anything is built from it
     (:mod:`kctx.checkpoints.prescan`), each storage's bytes are read once and only as
     far as its tensors need, and the bytes read and produced may not exceed
-    ``max_bytes``: a hostile file of a few kilobytes gets an error in milliseconds,
+    ``max_bytes``: a hostile file of a few kilobytes gets an error in well under a second,
     not gigabytes of memory or an endless message.
 
     Args:
