@@ -79,6 +79,24 @@ def _limited(names, limit=12):
     return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def mismatch_error(model_name, description, mismatched, unused, unfilled, hint=""):
+    """The :class:`CheckpointMismatchError` listing (at most a dozen of) each kind of misfit:
+    shapes that differ, checkpoint tensors without a Keras weight, Keras weights without a
+    tensor; ``hint`` is appended (e.g. which variant the checkpoint is)."""
+    problems = []
+    if mismatched:
+        problems.append(f"{len(mismatched)} shapes differ: {_limited(mismatched, 6)}")
+    if unused:
+        problems.append(f"{len(unused)} checkpoint tensors have no Keras weight: "
+                        f"{_limited(unused)}")
+    if unfilled:
+        problems.append(f"{len(unfilled)} Keras weights have no checkpoint tensor: "
+                        f"{_limited(unfilled)}")
+    what = f" ({description})" if description else ""
+    return CheckpointMismatchError(f"The checkpoint does not fit {model_name!r}{what}: "
+                                   + "; ".join(problems) + "." + hint)
+
+
 def port_weights(model, state, targets, skipped=(), assign=True, description=None):
     """Assign ``state``'s tensors to ``model``'s variables through ``targets``, strictly.
 
@@ -123,18 +141,7 @@ def port_weights(model, state, targets, skipped=(), assign=True, description=Non
                               f"model {tuple(variable.shape)}")
         values[key] = value
     if unused or unfilled or mismatched:
-        problems = []
-        if mismatched:
-            problems.append(f"{len(mismatched)} shapes differ: {_limited(mismatched, 6)}")
-        if unused:
-            problems.append(f"{len(unused)} checkpoint tensors have no Keras weight: "
-                            f"{_limited(unused)}")
-        if unfilled:
-            problems.append(f"{len(unfilled)} Keras weights have no checkpoint tensor: "
-                            f"{_limited(unfilled)}")
-        what = f" ({description})" if description else ""
-        raise CheckpointMismatchError(f"The checkpoint does not fit {model.name!r}{what}: "
-                                      + "; ".join(problems) + ".")
+        raise mismatch_error(model.name, description, mismatched, unused, unfilled)
     for key, value in values.items() if assign else ():
         variable = targets[key][0]
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kctx.convert.porting import CheckpointMismatchError
+from kctx.convert.porting import CheckpointMismatchError, mismatch_error
 from kctx.layers.context_block import context_block
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
 from kctx.layers.resize import ResizeToMatch
@@ -581,12 +581,6 @@ def _conv1x1_matrix(weight):
     return np.transpose(weight[:, :, 0, 0])  # (out, in, 1, 1) → (in, out)
 
 
-def _limited(names, limit=12):
-    names = sorted(names)
-    shown = ", ".join(names[:limit])
-    return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
-
-
 def _infer_variant(state):
     """The official variant whose shapes the backbone of ``state`` has, or None."""
     dims = []
@@ -694,20 +688,10 @@ def load_segnext_weights(model, weights, assign=True):
         values[key] = value
     if unused or unfilled or mismatched:
         found = _infer_variant(backbone_state)
-        problems = []
-        if mismatched:
-            problems.append(f"{len(mismatched)} shapes differ: {_limited(mismatched, 6)}")
-        if unused:
-            problems.append(f"{len(unused)} checkpoint tensors have no Keras weight: "
-                            f"{_limited(in_file[key] for key in unused)}")
-        if unfilled:
-            problems.append(f"{len(unfilled)} Keras weights have no checkpoint tensor: "
-                            f"{_limited(unfilled)}")
         hint = (f" The checkpoint's backbone is MSCAN-{found.upper()}: build the model "
                 f"with variant={found!r}." if found else "")
-        raise CheckpointMismatchError(f"The checkpoint does not fit {model.name!r} "
-                                      f"({part} weights, {layout} layout): "
-                                      + "; ".join(problems) + "." + hint)
+        raise mismatch_error(model.name, f"{part} weights, {layout} layout", mismatched,
+                             [in_file[key] for key in unused], unfilled, hint)
     for key, value in values.items() if assign else ():
         variable = targets[key][0]
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
