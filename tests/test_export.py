@@ -50,7 +50,7 @@ def _block_model(name):
     else:
         inputs = keras.Input((4, 4, 16))
         features = keras.layers.Conv2D(16, 1)(inputs)
-    # SegNeXt's 32 groups need 32 channels; 16 have 4 groups of 4.
+    # 4 groups of 4 channels (the registry's default, norm_groups=None, would make 16 of 1).
     options = {"norm_groups": 4} if name == "ham_nmf_light" else {}
     return keras.Model(inputs, context_block(name, **options)(features))
 
