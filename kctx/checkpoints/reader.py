@@ -20,7 +20,12 @@ MIN_MAX_BYTES = 256 << 20
 
 def default_max_bytes(file_size):
     """``max_bytes`` when none is given: 4 × the file's size, at least 256 MiB (a
-    checkpoint's tensors are about its size; their copies double it)."""
+    checkpoint's tensors are about its size; their copies double it).
+
+    Example:
+        >>> default_max_bytes(100 << 20) == 400 << 20, default_max_bytes(1000) == 256 << 20
+        (True, True)
+    """
     return max(4 * int(file_size), MIN_MAX_BYTES)
 
 

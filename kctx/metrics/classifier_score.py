@@ -64,6 +64,12 @@ def inception_score(logits, splits=10, shuffle_seed=None):
 
     Returns:
         ``(mean, std)`` over the splits.
+
+    Example:
+        >>> logits = np.eye(10)[np.arange(1000) % 10] * 60.0  # 10 classes, each sure
+        >>> mean, std = inception_score(logits)
+        >>> round(mean, 6), round(std, 6)
+        (10.0, 0.0)
     """
     return classifier_score(logits, splits=splits, shuffle_seed=shuffle_seed)
 

@@ -41,7 +41,15 @@ class ReferenceStatistics:
 
 
 def save_reference_statistics(path, statistics):
-    """Write :class:`ReferenceStatistics` to ``path`` (``.npz``, uncompressed)."""
+    """Write :class:`ReferenceStatistics` to ``path`` (``.npz``, uncompressed).
+
+    Example:
+        >>> stats = ReferenceStatistics(np.zeros(3), np.eye(3), count=10,
+        ...                             signature={"extractor": "x", "resize": "y"})
+        >>> path = save_reference_statistics("stats.npz", stats)
+        >>> load_reference_statistics(path, expected={"extractor": "x", "resize": "y"}).count
+        10
+    """
     arrays = {"mu": np.asarray(statistics.mu, np.float64),
               "sigma": np.asarray(statistics.sigma, np.float64),
               "kctx_format": np.int64(FORMAT_VERSION)}
