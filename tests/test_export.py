@@ -44,6 +44,7 @@ def _exported_matches(model, inputs, format, tmp_path, batches=(), atol=ATOL):
 
 
 def _block_model(name):
+    keras.utils.set_random_seed(0)
     if _KINDS[name] == "sequence":
         inputs = keras.Input((16, 8))
         features = keras.layers.Dense(16)(inputs)
@@ -64,8 +65,11 @@ def test_every_block_exports_and_runs_in_every_runtime(name, format, tmp_path):
     # CD's closed form inverts DᵀD + βI, whose condition number reaches r(1 + β)/β
     # (641 at the defaults r = 64, β = 0.1, T = 1, where the concept vectors nearly
     # coincide): float32 rounding differs between runtimes by ~1e-5 of the output's
-    # scale there, as it does between Keras and a float64 evaluation.
-    atol = 5e-5 * float(np.abs(expected).max()) if name == "ham_cd" else ATOL
+    # scale there, as it does between Keras and a float64 evaluation. VQ's soft
+    # assignment, softmax(cos / T) at T = 0.1, multiplies the rounding by 1/T at each
+    # step: 1.3e-5 of the output's scale between Keras and LiteRT on one CI CPU.
+    scaled = name in ("ham_cd", "ham_vq")
+    atol = 5e-5 * float(np.abs(expected).max()) if scaled else ATOL
     _exported_matches(model, x, format, tmp_path, batches=[x[:1]], atol=atol)
 
 
