@@ -4,8 +4,13 @@ import dataclasses
 
 from kctx.layers import check_context_block
 from kctx.models import KANET_FAMILY, resnet50_positions
-from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
-    replace_config
+from kctx.training import (
+    DTYPE_POLICIES,
+    check_nonnegative,
+    check_one_of,
+    check_positive,
+    replace_config,
+)
 
 MODELS = tuple(KANET_FAMILY)
 BACKBONES = ("resnet50",)

@@ -11,8 +11,14 @@ held-out split in file order, centre-cropped, every example once.
 import numpy as np
 import tensorflow as tf
 
-from kctx.data import array_examples, decode_rgb, digits, sharded_examples, \
-    streaming_batches, tfds_image_examples
+from kctx.data import (
+    array_examples,
+    decode_rgb,
+    digits,
+    sharded_examples,
+    streaming_batches,
+    tfds_image_examples,
+)
 
 
 def split_examples(config, split, data_dir=None, manual_dir=None, download=False):

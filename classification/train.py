@@ -19,15 +19,14 @@ res3+4+5``) by :func:`kctx.models.insert_context_block`: the Poly-NL paper's
 classification experiment (Sec. 5.3).
 """
 
+import functools
+
 from classification.workflow import WORKFLOW
+from kctx.training import run, train_main
 
-# train(config, model=None, **options): Workflow.train (kctx.training.run).
-train = WORKFLOW.train
-
-
-def main(argv=None):
-    return WORKFLOW.train_main(argv, __doc__)
-
+# train(config=None, model=None, **options): kctx.training.run for this workflow.
+train = functools.partial(run, WORKFLOW)
+main = functools.partial(train_main, WORKFLOW, description=__doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -78,7 +78,9 @@ def compile_model(model, optimizer=None):
 
 def plot_history(rows, path, title, steps_per_epoch=1):
     """Loss and top-1 (training and held-out) per epoch, as a PNG."""
-    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+    from matplotlib.figure import (
+        Figure,  # no pyplot: the caller's backend stays as it is
+    )
 
     epochs = [row["step"] / steps_per_epoch for row in rows]
     figure = Figure(figsize=(9, 3.4))

@@ -29,7 +29,8 @@ import tensorflow as tf
 
 from gan.configs import get_config
 from gan.models import CONTEXTS, build_gan
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 
 
 def _batch(config, batch_size, seed=0):

@@ -4,8 +4,13 @@ import dataclasses
 
 from kctx.layers import check_context_block
 from kctx.ops.fid_resize import FID_RESIZES
-from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
-    replace_config
+from kctx.training import (
+    DTYPE_POLICIES,
+    check_nonnegative,
+    check_one_of,
+    check_positive,
+    replace_config,
+)
 
 EXTRACTORS = ("digits_classifier", "fid_inception_v3", "inception_v3")
 

@@ -12,13 +12,16 @@ torch-fidelity's file), with its resize (``--fid-resize tensorflow``: the papers
 the weights file's SHA-256. Writes ``evaluation.json`` (or ``--output``).
 """
 
+import functools
+
 from gan.workflow import WORKFLOW
+from kctx.training import evaluate_main, evaluate_run
 
 # evaluate(model_dir, checkpoint=None, output=None, **fields): kctx.training.evaluate_run;
 # fields: eval_samples, eval_real, extractor, extractor_weights, fid_weights, fid_resize,
 # fid_reference.
-evaluate = WORKFLOW.rescore
-main = WORKFLOW.evaluate_main
+evaluate = functools.partial(evaluate_run, WORKFLOW)
+main = functools.partial(evaluate_main, WORKFLOW)
 
 if __name__ == "__main__":
     raise SystemExit(main())

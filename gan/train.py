@@ -11,15 +11,14 @@ keep an EMA of G sample and score with it. Every config field is a flag
 resumes from the run folder's newest checkpoint.
 """
 
+import functools
+
 from gan.workflow import WORKFLOW
+from kctx.training import run, train_main
 
-# train(config, context=None, **options): Workflow.train (kctx.training.run).
-train = WORKFLOW.train
-
-
-def main(argv=None):
-    return WORKFLOW.train_main(argv, __doc__)
-
+# train(config=None, context=None, **options): kctx.training.run for this workflow.
+train = functools.partial(run, WORKFLOW)
+main = functools.partial(train_main, WORKFLOW, description=__doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

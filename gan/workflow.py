@@ -7,6 +7,8 @@ FID / IS / KID (FCD / classifier score / KID on digits) of the sampling generato
 (saved as ``generator.keras``) at the end.
 """
 
+import pathlib
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -117,8 +119,6 @@ def evaluate_generator(generator, config, num_samples=50_000, seed=0, batch_size
         features are at hand, and for the FID Inception ``resize`` and
         ``weights_sha256``.
     """
-    import pathlib
-
     reference = fid_reference or config.fid_reference
     existing = reference if reference and pathlib.Path(reference).exists() else None
     metric = evaluation_metrics(config, extractor, extractor_weights, fid_weights, fid_resize,

@@ -25,7 +25,8 @@ import json
 import os
 
 __all__ = ["as_distribution", "Distribution", "get_distribution", "get_strategy", "initialize_jax",
-           "is_chief", "JAX_CLUSTER_VARIABLES", "JaxDistribution", "StrategyDistribution",
+           "is_chief", "JAX_CLUSTER_VARIABLES", "JaxDistribution", "multi_worker_keras",
+           "StrategyDistribution",
            "sum_over_workers", "worker_index"]
 
 
@@ -155,6 +156,45 @@ def sum_over_workers(strategy, value):
     return total.numpy()
 
 
+@contextlib.contextmanager
+def multi_worker_keras(model, strategy, dataset):
+    """Let ``fit`` / ``evaluate`` run under a multi-worker strategy (a no-op otherwise).
+
+    Keras 3 (3.15) fails under ``MultiWorkerMirroredStrategy`` with several
+    workers (keras-team/keras#20585, tensorflow/tensorflow#72388) in two places:
+
+    1. it builds the model from the first batch reduced by ``strategy.reduce``,
+       which cannot reduce a nested batch ("Attempt to convert a value
+       (PerReplica...)"): here the model, its loss and metrics are built from
+       the dataset's element spec, and Keras runs in the strategy's scope with
+       its own strategy reference cleared, so it skips that step;
+    2. it reduces each step's logs with ``strategy.reduce("MEAN", v, axis=0)``,
+       which fails on scalars ("Invalid reduction dimension 0"): the logs are
+       metric results, which Keras keeps in variables summed over all replicas
+       at every update, so every replica holds the global value and its local
+       one is taken instead, as in a single process.
+    """
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    if worker_index(strategy)[1] == 1:
+        yield
+        return
+    import tensorflow as tf
+
+    spec = tf.nest.map_structure(  # a replica's batch (PerReplicaSpec holds one per replica)
+        lambda item: getattr(item, "_value_specs", (item,))[0], dataset.element_spec)
+    with strategy.scope():
+        model._symbolic_build(data_batch=spec)  # noqa: SLF001 - see 1. above
+    saved = model._distribute_strategy, tf_trainer._collective_all_reduce_multi_worker  # noqa: SLF001
+    model._distribute_strategy = None  # noqa: SLF001
+    tf_trainer._collective_all_reduce_multi_worker = lambda strategy: False  # see 2. above
+    try:
+        with strategy.scope():
+            yield
+    finally:
+        model._distribute_strategy, tf_trainer._collective_all_reduce_multi_worker = saved
+
+
 class Distribution:
     """What a run needs of its distribution, the same on every backend.
 
@@ -268,7 +308,6 @@ class StrategyDistribution(Distribution):
         return self.strategy.scope()
 
     def fitting(self, model, dataset):
-        from kctx.training.runner import multi_worker_keras
 
         return multi_worker_keras(model, self.strategy, dataset)
 

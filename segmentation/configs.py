@@ -3,8 +3,13 @@
 import dataclasses
 
 from kctx.layers import check_context_block
-from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
-    replace_config
+from kctx.training import (
+    DTYPE_POLICIES,
+    check_nonnegative,
+    check_one_of,
+    check_positive,
+    replace_config,
+)
 from kctx.training.optimizers import check_paramwise
 from segmentation.models import BACKBONE_NAMES, HEADS, MSCAN_BACKBONES, SEGNEXT_CONTEXT
 

@@ -22,7 +22,22 @@ import hashlib
 import os
 import pathlib
 
-from segmentation.workflow import WORKFLOW
+from kctx.checkpoints import torch_state_dict
+from kctx.models.segnext import (
+    ORIGINAL_RANK,
+    RANK,
+    CheckpointMismatchError,
+    checkpoint_layout,
+    load_segnext_weights,
+)
+from kctx.training import RunDirectoryError, save_model, write_json
+from kctx.training.cli import command_parser, user_errors_exit
+from kctx.training.config import add_config_arguments, config_overrides
+from kctx.training.runner import run_record
+from kctx.training.workflow import DataLocation, Run
+from segmentation.configs import SegmentationConfig
+from segmentation.models import SEGNEXT_CONTEXT
+from segmentation.workflow import WORKFLOW, build_model
 
 # --dataset → the config the converted model is evaluated with.
 DATASET_CONFIGS = {"ade20k": "segnext_ade20k", "cityscapes": "segnext_cityscapes"}
@@ -69,15 +84,6 @@ def convert(checkpoint, variant, output, dataset="ade20k", data_dir=None, log=pr
     ... # doctest: +SKIP
     """
     import tensorflow as tf
-
-    from kctx.checkpoints import torch_state_dict
-    from kctx.models.segnext import ORIGINAL_RANK, RANK, CheckpointMismatchError, \
-        checkpoint_layout, load_segnext_weights
-    from kctx.training import RunDirectoryError, save_model, write_json
-    from kctx.training.runner import run_record
-    from kctx.training.workflow import DataLocation, Run
-    from segmentation.models import SEGNEXT_CONTEXT
-    from segmentation.workflow import build_model
 
     if variant not in VARIANTS:
         raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
@@ -131,11 +137,7 @@ def convert(checkpoint, variant, output, dataset="ade20k", data_dir=None, log=pr
 
 
 def convert_parser():
-    from kctx.training.cli import _parser
-    from kctx.training.config import add_config_arguments
-    from segmentation.configs import SegmentationConfig
-
-    parser = _parser("python -m segmentation.convert", __doc__.split("\n\n", 1)[1])
+    parser = command_parser("python -m segmentation.convert", __doc__.split("\n\n", 1)[1])
     parser.add_argument("checkpoint", help="the official SegNeXt .pth (mmseg or original layout)")
     parser.add_argument("--variant", required=True, choices=VARIANTS,
                         help="the MSCAN size of the checkpoint")
@@ -153,20 +155,14 @@ def convert_parser():
 
 def main(argv=None):
     """Parse ``argv`` and convert; returns the exit status."""
-    from kctx.training.cli import _user_errors
-    from kctx.training.config import config_overrides
-    from segmentation.configs import SegmentationConfig
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = convert_parser()
     args = parser.parse_args(argv)
     fields = {key: value for key, value in config_overrides(args, SegmentationConfig).items()
               if key not in FIXED_FIELDS}
-    try:
+    with user_errors_exit(parser, (ValueError,)):  # mismatches, unsafe pickles, settings
         convert(args.checkpoint, args.variant, args.output, args.dataset, args.data_dir,
                 **fields)
-    except (*_user_errors(), ValueError) as error:  # mismatches, unsafe pickles, settings
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0
 
 

@@ -36,13 +36,20 @@ training digits and test canvases the held-out digits
 (:func:`kctx.data.digits`), so no scan appears in both.
 """
 
+import os
 import pathlib
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from kctx.data import DatasetNotFoundError, array_examples, decode_rgb, digits, \
-    tfds_encoded_examples
+from kctx.data import (
+    DatasetNotFoundError,
+    array_examples,
+    decode_rgb,
+    digits,
+    streaming_batches,
+    tfds_encoded_examples,
+)
 
 IGNORE_LABEL = 255
 DIGITS_SEG_CLASSES = 11  # background + 10 digits
@@ -498,8 +505,6 @@ def _check_files(name, root, pairs):
 
 
 def _local_root(data_dir):
-    import os
-
     return pathlib.Path(data_dir or os.environ.get("KCTX_DATA_DIR", "~/datasets")).expanduser()
 
 
@@ -730,7 +735,6 @@ def training_batches(config, seed=0, start_step=0, data_dir=None, manual_dir=Non
     """
     import tensorflow as tf
 
-    from kctx.data import streaming_batches
 
     source = source or load_split(config, config.train_split, data_dir, manual_dir, download)
 

@@ -13,13 +13,16 @@ colourised predictions of the first images as ``predictions*.png`` and the
 scores to ``evaluation.json`` (or ``--output``).
 """
 
+import functools
+
+from kctx.training import evaluate_main, evaluate_run
 from segmentation.workflow import WORKFLOW
 
 # evaluate(model_dir, checkpoint=None, output=None, **fields): kctx.training.evaluate_run;
 # fields: eval_multi_scale, eval_flip, eval_images, eval_size, eval_ham_steps, eval_resize,
 # eval_mode, eval_crop, eval_stride, prediction_images.
-evaluate = WORKFLOW.rescore
-main = WORKFLOW.evaluate_main
+evaluate = functools.partial(evaluate_run, WORKFLOW)
+main = functools.partial(evaluate_main, WORKFLOW)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,11 +5,14 @@ reloads the artifact in its runtime and prints its largest difference from Keras
 inputs from the workflow's data and the artifact's held-out mIoU.
 """
 
+import functools
+
+from kctx.training import export_main, export_run
 from segmentation.workflow import WORKFLOW
 
 # export(model_dir, format, quantize="none", output=None, ...): kctx.training.export.export_run
-export = WORKFLOW.export
-main = WORKFLOW.export_main
+export = functools.partial(export_run, WORKFLOW)
+main = functools.partial(export_main, WORKFLOW)
 
 if __name__ == "__main__":
     raise SystemExit(main())

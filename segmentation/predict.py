@@ -18,7 +18,12 @@ import pathlib
 
 import numpy as np
 
-from segmentation.workflow import WORKFLOW
+from kctx.data import decode_rgb
+from kctx.training.cli import command_parser, user_errors_exit
+from kctx.training.runner import load_run
+from segmentation.data import evaluation_image
+from segmentation.palettes import class_names, palette
+from segmentation.workflow import WORKFLOW, Predictor
 
 OVERLAY_ALPHA = 0.5  # the mask's weight in the overlay
 
@@ -46,12 +51,6 @@ def predict(model_dir, images, output_dir=None, log=print):
     import keras
     import tensorflow as tf
     from PIL import Image
-
-    from kctx.data import decode_rgb
-    from kctx.training.runner import load_run
-    from segmentation.data import evaluation_image
-    from segmentation.palettes import class_names, palette
-    from segmentation.workflow import Predictor
 
     run, model, source = load_run(WORKFLOW, model_dir, log=lambda *_: None)
     config = run.config
@@ -92,9 +91,7 @@ def predict(model_dir, images, output_dir=None, log=print):
 
 
 def predict_parser():
-    from kctx.training.cli import _parser
-
-    parser = _parser("python -m segmentation.predict", __doc__.split("\n\n", 1)[1])
+    parser = command_parser("python -m segmentation.predict", __doc__.split("\n\n", 1)[1])
     parser.add_argument("--model-dir", required=True,
                         help="a segmentation.train or segmentation.convert run folder")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG or PNG files")
@@ -104,15 +101,11 @@ def predict_parser():
 
 def main(argv=None):
     """Parse ``argv`` and predict; returns the exit status."""
-    from kctx.training.cli import _user_errors
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = predict_parser()
     args = parser.parse_args(argv)
-    try:
+    with user_errors_exit(parser, (ValueError,)):
         predict(args.model_dir, args.images, args.output_dir)
-    except (*_user_errors(), ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0
 
 

@@ -38,6 +38,15 @@ import pathlib
 
 import numpy as np
 
+from kctx.arguments import positive_int
+from kctx.profile import effective_receptive_field
+from kctx.training.cli import command_parser, user_errors_exit
+from kctx.training.runner import load_run
+from segmentation import data
+from segmentation.configs import CONFIGS, get_config
+from segmentation.data import IGNORE_LABEL, load_split
+from segmentation.workflow import WORKFLOW, build_model
+
 # The context block's layer name in each head (ResNet head, SegNeXt's LightHamHead).
 CONTEXT_BLOCK_NAMES = ("context", "decode_head.hamburger", "decode_head.context")
 # Datasets whose class 0 is the background (not an object).
@@ -116,8 +125,6 @@ def _statistics(sides):
 def _digit_boxes(config, num_images):
     """(labels, box sides) of an embedded digit dataset, or None where segmentation.data
     cannot return the boxes."""
-    from segmentation import data
-
     layouts = getattr(data, "DIGIT_LAYOUTS", {"digits_seg": {}})
     if config.dataset not in layouts or \
             "return_boxes" not in inspect.signature(data.digits_seg).parameters:
@@ -132,8 +139,6 @@ def _digit_boxes(config, num_images):
 def object_sizes(config, num_images=None, data_dir=None):
     """The held-out objects' sides (see the module): a dict with ``source``, ``images``,
     ``sides`` (a list) and, for the digit datasets, ``label_sides`` (from the label maps)."""
-    from segmentation.data import IGNORE_LABEL, load_split
-
     digits = config.dataset.startswith("digits")
     background = BACKGROUND_CLASS.get(config.dataset)
     boxes = _digit_boxes(config, num_images) if digits else None
@@ -167,8 +172,6 @@ def _fit(image, size):
 
 def held_out_images(config, count, data_dir=None):
     """The first ``count`` held-out images, centre-cropped or padded to the crop size."""
-    from segmentation.data import load_split
-
     source = load_split(config, config.eval_split, data_dir=data_dir, num_images=count)
     images = [np.asarray(source.decode(example)[0], np.float32)
               for example in source.examples.take(count)]
@@ -263,13 +266,7 @@ def receptive_field_report(config_name=None, model_dir=None, images=16, layer=No
     """
     import keras
 
-    from kctx.profile import effective_receptive_field
-    from segmentation.configs import get_config
-    from segmentation.workflow import WORKFLOW, build_model
-
     if model_dir is not None:
-        from kctx.training.runner import load_run
-
         run, model, source = load_run(WORKFLOW, model_dir, log=lambda *_: None)
         config = run.config
         if config_name is not None and config_name != config.name:
@@ -363,10 +360,7 @@ def receptive_field_report(config_name=None, model_dir=None, images=16, layer=No
 
 
 def receptive_field_parser():
-    from kctx.training.cli import _parser, positive_int
-    from segmentation.configs import CONFIGS
-
-    parser = _parser("python -m segmentation.receptive_field", __doc__.split("\n\n", 1)[1])
+    parser = command_parser("python -m segmentation.receptive_field", __doc__.split("\n\n", 1)[1])
     parser.add_argument("--config", choices=sorted(CONFIGS),
                         help="named config (default digits_seg, or the run's)")
     parser.add_argument("--model-dir", help="a run folder: measure its trained model")
@@ -385,16 +379,12 @@ def receptive_field_parser():
 
 def main(argv=None):
     """Parse ``argv`` and report; returns the exit status."""
-    from kctx.training.cli import _user_errors
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = receptive_field_parser()
     args = parser.parse_args(argv)
-    try:
+    with user_errors_exit(parser, (ValueError,)):
         receptive_field_report(args.config, args.model_dir, args.images, args.layer, args.seed,
                                args.object_images, args.json, args.png, args.data_dir)
-    except (*_user_errors(), ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0
 
 

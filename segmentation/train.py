@@ -20,15 +20,14 @@ RandomCrop with cat_max_ratio 0.75, flip and photometric distortion, evaluated w
 official test pipeline; ``segnext_digits`` trains SegNeXt-T from scratch on digits_seg.
 """
 
+import functools
+
+from kctx.training import run, train_main
 from segmentation.workflow import WORKFLOW
 
-# train(config, context=None, **options): Workflow.train (kctx.training.run).
-train = WORKFLOW.train
-
-
-def main(argv=None):
-    return WORKFLOW.train_main(argv, __doc__)
-
+# train(config=None, context=None, **options): kctx.training.run for this workflow.
+train = functools.partial(run, WORKFLOW)
+main = functools.partial(train_main, WORKFLOW, description=__doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

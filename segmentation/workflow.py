@@ -16,7 +16,12 @@ from kctx.layers import set_hamburger_eval_steps
 from kctx.ops import resize_bilinear
 from kctx.training import ParamwiseAdamW, WarmupPolyDecay, Workflow, sgd
 from segmentation.configs import CONFIGS
-from segmentation.data import IGNORE_LABEL, evaluation_batches, load_split, training_batches
+from segmentation.data import (
+    IGNORE_LABEL,
+    evaluation_batches,
+    load_split,
+    training_batches,
+)
 from segmentation.models import segmenter
 from segmentation.palettes import palette, voc_palette  # noqa: F401 - voc_palette: public here
 

@@ -2,8 +2,13 @@
 
 import dataclasses
 
-from kctx.training import DTYPE_POLICIES, check_nonnegative, check_one_of, check_positive, \
-    replace_config
+from kctx.training import (
+    DTYPE_POLICIES,
+    check_nonnegative,
+    check_one_of,
+    check_positive,
+    replace_config,
+)
 from sequence.data import LRA_TASKS, TASKS
 
 MODELS = ("psf", "transformer")

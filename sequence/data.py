@@ -12,6 +12,11 @@ endless, reproducible and resume exactly; held-out sets use another seed.
   The class is the ordered pair of signal symbols: (X, X) → 0, (X, Y) → 1,
   (Y, X) → 2, (Y, Y) → 3 (the paper's classes 1–4).
 """
+import csv
+import os
+import pathlib
+
+from kctx.data import DatasetNotFoundError, tfds_dataset
 
 TASKS = ("adding", "temporal_order")
 ALPHABET = ("a", "b", "c", "d", "X", "Y")
@@ -113,9 +118,6 @@ def _pad_to(tokens, length):
 
 
 def _local_root(data_dir):
-    import os
-    import pathlib
-
     return pathlib.Path(data_dir or os.environ.get("KCTX_DATA_DIR", "~/datasets")).expanduser()
 
 
@@ -123,12 +125,9 @@ def listops(split, data_dir=None, length=2000):
     """LRA ListOps from ``<data_dir>/lra_release/listops-1000/basic_{train,val,test}.tsv``
     (tab-separated ``Source``/``Target`` with a header). Tokens: the digits, the four
     operators, ``]`` and parentheses (ids in :data:`LISTOPS_TOKENS`, 0 = padding)."""
-    import csv
-
     import numpy as np
     import tensorflow as tf
 
-    from kctx.data import DatasetNotFoundError
 
     names = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
     if split not in names:
@@ -156,7 +155,6 @@ def text(split, data_dir=None, length=4000, download=False):
     padded to ``length``; splits ``train`` / ``test``."""
     import tensorflow as tf
 
-    from kctx.data import tfds_dataset
 
     dataset, _ = tfds_dataset("imdb_reviews", split, data_dir=data_dir, download=download)
 
@@ -171,7 +169,6 @@ def image(split, data_dir=None, download=False):
     """LRA Image: TFDS ``cifar10`` in grey levels 0–255 (categorical), flattened to 1,024."""
     import tensorflow as tf
 
-    from kctx.data import tfds_dataset
 
     dataset, _ = tfds_dataset("cifar10", split, data_dir=data_dir, download=download)
 
@@ -190,7 +187,6 @@ def pathfinder(split, data_dir=None, difficulty="curv_contour_length_14", fracti
     (LRA's split). Pixels are categorical tokens 0–255."""
     import tensorflow as tf
 
-    from kctx.data import DatasetNotFoundError
 
     splits = ("train", "val", "test")
     if split not in splits:

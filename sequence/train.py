@@ -14,15 +14,14 @@ stops at ``--steps`` or once the held-out accuracy reaches
 rerun resumes there.
 """
 
+import functools
+
+from kctx.training import run, train_main
 from sequence.workflow import WORKFLOW
 
-# train(config, model=None, **options): Workflow.train (kctx.training.run).
-train = WORKFLOW.train
-
-
-def main(argv=None):
-    return WORKFLOW.train_main(argv, __doc__)
-
+# train(config=None, model=None, **options): kctx.training.run for this workflow.
+train = functools.partial(run, WORKFLOW)
+main = functools.partial(train_main, WORKFLOW, description=__doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

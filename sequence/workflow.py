@@ -14,8 +14,14 @@ from kctx.data import replica_batches, sharded_examples
 from kctx.models.sequence import psf_sequence_model, transformer_sequence_model
 from kctx.training import Schedule, Workflow
 from sequence.configs import CONFIGS
-from sequence.data import ADDING_TOLERANCE, LRA_TASKS, TEMPORAL_ORDER_CLASSES, held_out, \
-    lra_dataset, training_stream
+from sequence.data import (
+    ADDING_TOLERANCE,
+    LRA_TASKS,
+    TEMPORAL_ORDER_CLASSES,
+    held_out,
+    lra_dataset,
+    training_stream,
+)
 
 
 @keras.saving.register_keras_serializable(package="sequence")

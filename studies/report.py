@@ -27,6 +27,7 @@ import os
 import pathlib
 import sys
 
+from kctx.training.records import write_json, write_text
 from studies import stats
 from studies.definitions import STUDIES, get_study
 from studies.run import DEFAULT_RUNS_DIR, cells
@@ -362,8 +363,6 @@ def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=
     """Write ``NAME.json``, ``NAME.md`` (and ``NAME.png``) to ``output_dir``; returns the
     report dict (also the JSON's content). With ``keep_previous``, the runs of the
     report already there fill the cells that have no finished folder in ``runs_dir``."""
-    from kctx.training.records import write_json, write_text
-
     previous = previous_runs(study, output_dir) if keep_previous else []
     runs, dropped = collect(study, runs_dir, previous)
     if not runs:

@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 
-from kctx.training.cli import positive_int
+from kctx.arguments import positive_int
+from kctx.training import DETERMINISTIC_ENVIRONMENT, write_json
 from studies.definitions import STUDIES, get_study
 from studies.study import CELL_FILE, parse_seeds
 
@@ -96,9 +97,6 @@ def run_cell(study, arm, seed, runs_dir, python=None):
         CellError: a command failed (its output is in ``study-<step>.log`` in the
             run folder; the cell stays unfinished and resumes next time).
     """
-    from kctx.training.records import write_json
-    from kctx.training.runner import DETERMINISTIC_ENVIRONMENT
-
     python = python or sys.executable
     directory = study.cell_dir(runs_dir, arm, seed)
     directory.mkdir(parents=True, exist_ok=True)

@@ -15,11 +15,11 @@ import sys
 
 import keras
 import numpy as np
+from workflow_runs import TINY
 
 from kctx.layers import Hamburger
-from kctx.training import train_main
+from kctx.training import evaluate_run, train_main
 from kctx.training.runner import dtype_policy
-from workflow_runs import TINY
 
 runs = pathlib.Path(sys.argv[1])
 # The GAN without its FCD (scored on JAX and under the policy elsewhere): the run is the check.
@@ -57,7 +57,7 @@ for name, flags in FLAGS.items():
     assert all(layer.dtype_policy.name == "mixed_bfloat16" for layer in layers
                if isinstance(layer, Hamburger)), name
     # evaluate rebuilds nothing: the saved model scores as at the end of training.
-    rescored = workflow.rescore(directory, log=lambda *_: None)
+    rescored = evaluate_run(workflow, directory, log=lambda *_: None)
     for key in SCORES[name]:
         np.testing.assert_allclose(rescored[key], results[key], rtol=1e-6, err_msg=name)
     # A float32 rerun in the folder is another run: refused, naming the field.
@@ -65,7 +65,7 @@ for name, flags in FLAGS.items():
     message = io.StringIO()
     with contextlib.redirect_stderr(message):
         try:
-            workflow.train_main(float32)
+            train_main(workflow, float32)
         except SystemExit as stopped:
             assert stopped.code == 2, (name, stopped.code)
         else:

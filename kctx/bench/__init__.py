@@ -1,9 +1,6 @@
 """Benchmarks that reproduce the papers' cost tables: ``python -m kctx.bench --help``."""
 
-import argparse
 import json
-import math
-import os
 
 
 def report(rows, table, json_path=None):
@@ -17,37 +14,3 @@ def report(rows, table, json_path=None):
     return rows
 
 
-def positive_int(text):
-    """argparse type: an integer ≥ 1 (sizes, batches, repeats), refused at parse time."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1 or str(value) != text.strip().lstrip("+"):
-        raise argparse.ArgumentTypeError(f"must be a positive integer. Received: {text!r}")
-    return value
-
-
-def positive_float(text):
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0. Received: {text!r}")
-    return value
-
-
-def output_path(text):
-    """argparse type: a file path whose folder exists and is writable, checked before the
-    benchmark runs (not after an hour of it)."""
-    folder = os.path.dirname(os.path.abspath(text))
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"is a directory; pass a file path. Received: {text!r}")
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"its folder {folder} does not exist. Received: {text!r}")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"its folder {folder} is not writable. "
-                                         f"Received: {text!r}")
-    return text

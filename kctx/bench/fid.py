@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.bench.standalone import cpu_jiffies, cpu_model, other_load, package_versions
 from kctx.profile.layer_profile import run_worker
 

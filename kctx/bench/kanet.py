@@ -7,7 +7,8 @@ convolutions, matrix products, einsums; one image).
 
 import keras
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.models import KANET_FAMILY, kanet_family_model
 from kctx.profile import count_macs
 

@@ -7,7 +7,8 @@ MAdds counted from the traced graph, allocator peak memory during one call,
 median CPU inference time, and the speed-up over Attn measured in the same run.
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.layers import Attention2D, KroneckerAttention2D
 from kctx.profile import profile_layer
 

@@ -12,7 +12,8 @@ paper (W_θ, W_φ, W_g ∈ R^{C×C}), like Poly-NL's W₁, W₂, W₃; the layer
 defaults are Wang et al.'s and Shen et al.'s C/2.
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.profile import profile_layer
 
 FULL_WIDTH = "C"  # replaced by the input channels

@@ -9,7 +9,8 @@ memory first: a length whose estimated score memory exceeds ``--memory-limit-gb`
 is reported as skipped instead of being run.
 """
 
-from kctx.bench import output_path, positive_float, positive_int, report
+from kctx.arguments import output_path, positive_float, positive_int
+from kctx.bench import report
 from kctx.profile import profile_layer
 
 

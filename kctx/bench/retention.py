@@ -10,7 +10,8 @@ hams unroll their K steps) keeps more: long sweeps belong in one process per
 run, as ``studies`` and the workflow tests do.
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.profile import memory_kept_per_model
 
 SHAPE = (8, 16, 16, 32)

@@ -8,7 +8,8 @@ to ONNX Runtime, LiteRT float32 and LiteRT int8. Each cell is the median of
 (:func:`kctx.profile.runtime_latency`), random weights and inputs.
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.profile import RUNTIME_NAMES, RUNTIMES, runtime_latency
 
 # The digits_seg segmenter (segmentation's `digits_seg` config) is built by the

@@ -42,11 +42,25 @@ import tempfile
 import textwrap
 import time
 
-from kctx.bench import output_path, positive_int, report
-from kctx.bench.standalone import (CONV_1X1, CONV_3X3, ELEMENTWISE, HAMBURGER, HEAD_CONV,
-                                   HEAD_NORM, HEAD_RESIZE, LAYOUT, OVERHEAD, UPSAMPLE,
-                                   cpu_jiffies, cpu_model, depthwise_kind, other_load,
-                                   package_versions)
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
+from kctx.bench.standalone import (
+    CONV_1X1,
+    CONV_3X3,
+    ELEMENTWISE,
+    HAMBURGER,
+    HEAD_CONV,
+    HEAD_NORM,
+    HEAD_RESIZE,
+    LAYOUT,
+    OVERHEAD,
+    UPSAMPLE,
+    cpu_jiffies,
+    cpu_model,
+    depthwise_kind,
+    other_load,
+    package_versions,
+)
 from kctx.profile.layer_profile import run_worker
 
 VARIANTS = ("t", "s", "b", "l")

@@ -8,7 +8,8 @@ each, SF (:func:`kctx.sf.fit`) and TSVD at :func:`kctx.sf.matched_rank` (no
 fewer non-zeros than SF) are compared by the F-norm error ‖X − X̂‖_F.
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 
 IMAGES = ("checkerboard", "camera", "astronaut", "coins", "moon", "text", "brick", "grass",
           "gravel", "horse")

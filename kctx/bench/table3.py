@@ -6,7 +6,8 @@ allocator peak memory), then compared with self-attention measured in the
 same run and with the roofline 2·MACs / (measured fp32 matmul peak).
 """
 
-from kctx.bench import output_path, positive_int, report
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
 from kctx.profile import matmul_peak_gflops, profile_layer
 
 # Paper, Table 3, input 1×512×128×128 (GPU: NVIDIA TITAN Xp). Params are in

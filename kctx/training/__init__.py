@@ -2,17 +2,22 @@
 
 - :func:`run` trains (or resumes) and evaluates any :class:`Workflow`;
   :func:`evaluate_run` re-scores a run folder (:mod:`kctx.training.runner`).
-- :func:`train_main` / :func:`evaluate_main`: the ``python -m
-  <workflow>.train`` and ``.evaluate`` command lines, flags generated from
-  the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`).
+- :func:`train_main` / :func:`evaluate_main` / :func:`export_main`: the ``python -m
+  <workflow>.train``, ``.evaluate`` and ``.export`` command lines, flags generated from
+  the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`,
+  :mod:`kctx.training.export`).
 - :func:`step_checkpoint`: step checkpoints with exact resume (:class:`StepCheckpoint`
   on TensorFlow, :class:`ArrayCheckpoint` ``.npz`` files on JAX).
 - :func:`sgd`, :class:`ParamwiseAdamW`, :class:`WarmupPolyDecay`: the recipes'
   optimizers and schedules (:mod:`kctx.training.optimizers`).
 """
 
-from kctx.training.checkpoint import ArrayCheckpoint, CheckpointError, StepCheckpoint, \
-    step_checkpoint
+from kctx.training.checkpoint import (
+    ArrayCheckpoint,
+    CheckpointError,
+    StepCheckpoint,
+    step_checkpoint,
+)
 from kctx.training.cli import evaluate_main, train_main
 from kctx.training.config import (
     DTYPE_POLICIES,
@@ -24,19 +29,27 @@ from kctx.training.config import (
     config_to_dict,
     replace_config,
 )
-from kctx.training.optimizers import ParamwiseAdamW, WarmupPolyDecay, paramwise_multipliers, \
-    sgd
-from kctx.training.records import HistoryLog, RunDirectoryError, read_history, read_run, write_json
-from kctx.training.runner import (
+from kctx.training.determinism import (
     DETERMINISTIC_ENVIRONMENT,
-    check_global_batch,
     deterministic_environment,
     deterministic_variables,
     enable_determinism,
-    evaluate_run,
-    run,
-    save_model,
 )
+from kctx.training.export import export_main, export_run
+from kctx.training.optimizers import (
+    ParamwiseAdamW,
+    WarmupPolyDecay,
+    paramwise_multipliers,
+    sgd,
+)
+from kctx.training.records import (
+    HistoryLog,
+    RunDirectoryError,
+    read_history,
+    read_run,
+    write_json,
+)
+from kctx.training.runner import check_global_batch, evaluate_run, run, save_model
 from kctx.training.workflow import DataLocation, Run, Schedule, Workflow
 
 __all__ = [
@@ -47,6 +60,6 @@ __all__ = [
     "check_global_batch", "check_nonnegative", "check_one_of", "check_positive",
     "config_from_dict", "config_to_dict", "deterministic_environment", "deterministic_variables",
     "enable_determinism",
-    "evaluate_main", "evaluate_run", "read_history", "read_run", "replace_config", "run",
+    "evaluate_main", "evaluate_run", "export_main", "export_run", "read_history", "read_run", "replace_config", "run",
     "save_model", "sgd", "step_checkpoint", "train_main", "write_json",
 ]

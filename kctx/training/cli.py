@@ -11,33 +11,40 @@ with :func:`kctx.training.evaluate_run`.
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
+from kctx.arguments import positive_int
+from kctx.data import DatasetNotFoundError
+from kctx.training.checkpoint import CheckpointError
 from kctx.training.config import add_config_arguments, config_overrides
+from kctx.training.determinism import (
+    deterministic_environment,
+    deterministic_variables,
+    enable_determinism,
+)
+from kctx.training.records import RunDirectoryError
+from kctx.training.runner import evaluate_run, run
+
+# What a command reports as ``PROG: error: MESSAGE`` with exit status 2, not as a traceback.
+USER_ERRORS = (RunDirectoryError, CheckpointError, DatasetNotFoundError, FileNotFoundError)
 
 
-def _user_errors():
-    from kctx.data import DatasetNotFoundError
-    from kctx.training.checkpoint import CheckpointError
-    from kctx.training.runner import RunDirectoryError
-
-    return (RunDirectoryError, CheckpointError, DatasetNotFoundError, FileNotFoundError)
-
-
-def _parser(prog, description):
+def command_parser(prog, description):
+    """The ``argparse`` parser of a ``python -m ...`` command (its description as written)."""
     return argparse.ArgumentParser(prog=prog, description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def positive_int(text):
+@contextlib.contextmanager
+def user_errors_exit(parser, errors=()):
+    """Inside, a :data:`USER_ERRORS` (or ``errors``) exception ends the command:
+    ``parser.exit(2, "PROG: error: MESSAGE")``."""
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer. Received: {text!r}")
-    return value
+        yield
+    except (*USER_ERRORS, *errors) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 DATA_DIR_HELP = ("where the dataset is: a TFDS data directory (default ~/tensorflow_datasets), "
@@ -58,7 +65,7 @@ def add_data_arguments(parser, data_dir_help=DATA_DIR_HELP):
 
 def train_parser(workflow, description=None):
     """The ``python -m <workflow>.train`` parser."""
-    parser = _parser(f"python -m {workflow.name}.train", description or workflow.description)
+    parser = command_parser(f"python -m {workflow.name}.train", description or workflow.description)
     parser.add_argument("--config", default=workflow.default_config,
                         choices=sorted(workflow.configs),
                         help=f"named config (default {workflow.default_config})")
@@ -86,9 +93,6 @@ def train_main(workflow, argv=None, description=None, callbacks=()):
     """Parse ``argv``, train and evaluate; returns the exit status. ``description``:
     the ``--help`` text (default ``workflow.description``); ``callbacks``: extra
     Keras callbacks for ``fit``."""
-    from kctx.training.runner import deterministic_environment, deterministic_variables, \
-        enable_determinism, run
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = train_parser(workflow, description)
     args = parser.parse_args(argv)
@@ -108,18 +112,16 @@ def train_main(workflow, argv=None, description=None, callbacks=()):
         config = workflow.config(args.config, **overrides)
     except ValueError as error:
         parser.error(str(error))
-    try:
+    with user_errors_exit(parser):
         run(workflow, config, model_dir=args.model_dir, seed=args.seed,
             deterministic=args.deterministic, tpu=args.tpu, verbose=args.verbose,
             stop_after_step=args.stop_after_step, data_dir=args.data_dir,
             manual_dir=args.manual_dir, download=args.download, callbacks=callbacks)
-    except _user_errors() as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0
 
 
 def evaluate_parser(workflow):
-    parser = _parser(f"python -m {workflow.name}.evaluate",
+    parser = command_parser(f"python -m {workflow.name}.evaluate",
                      f"Re-score a `{workflow.name}.train` run folder with its config "
                      "(the evaluation fields below may be changed).")
     parser.add_argument("--model-dir", required=True, help=f"a {workflow.name}.train run folder")
@@ -136,18 +138,14 @@ def evaluate_parser(workflow):
 
 def evaluate_main(workflow, argv=None):
     """Parse ``argv`` and re-score a run; returns the exit status."""
-    from kctx.training.runner import evaluate_run
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = evaluate_parser(workflow)
     args = parser.parse_args(argv)
     overrides = config_overrides(args, workflow.config_class)
-    try:
+    with user_errors_exit(parser):
         result = evaluate_run(workflow, args.model_dir, checkpoint=args.checkpoint,
                               output=args.output, data_dir=args.data_dir,
                               manual_dir=args.manual_dir, download=args.download, **overrides)
-    except _user_errors() as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(f"wrote {args.output or os.path.join(args.model_dir, 'evaluation.json')}"
           f" ({result['source']})")
     return 0

@@ -19,8 +19,22 @@ import time
 import keras
 import numpy as np
 
-from kctx.export import FORMATS, QUANTIZATIONS, SUFFIXES, artifact_size, export_model, \
-    float_layer_names, load_artifact
+from kctx.export import (
+    FORMATS,
+    QUANTIZATIONS,
+    SUFFIXES,
+    ExportError,
+    artifact_size,
+    export_model,
+    float_layer_names,
+    load_artifact,
+)
+from kctx.training.cli import (
+    add_data_arguments,
+    command_parser,
+    positive_int,
+    user_errors_exit,
+)
 from kctx.training.records import write_json
 from kctx.training.runner import load_run
 
@@ -137,9 +151,7 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
 
 
 def export_parser(workflow):
-    from kctx.training.cli import _parser, positive_int, add_data_arguments
-
-    parser = _parser(
+    parser = command_parser(
         f"python -m {workflow.name}.export",
         f"Export a `{workflow.name}.train` run's model, reload it in its runtime (TensorFlow, "
         "ONNX Runtime, the LiteRT interpreter) and compare it with Keras on inputs from the "
@@ -167,9 +179,6 @@ def export_parser(workflow):
 
 def export_main(workflow, argv=None):
     """Parse ``argv`` and export a run; returns the exit status."""
-    from kctx.export import ExportError
-    from kctx.training.cli import _user_errors
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = export_parser(workflow)
     args = parser.parse_args(argv)
@@ -188,10 +197,8 @@ def export_main(workflow, argv=None):
                                    *sys.argv[1:]], {**os.environ, "KERAS_BACKEND": "tensorflow"})
     if args.quantize != "none" and args.format != "litert":
         parser.error(f"--quantize {args.quantize} applies to --format litert")
-    try:
+    with user_errors_exit(parser, (ExportError,)):
         export_run(workflow, args.model_dir, args.format, args.quantize, args.output,
                    args.examples, args.calibration_examples, getattr(args, "evaluate", False),
                    args.checkpoint, args.data_dir, args.manual_dir, args.download)
-    except (*_user_errors(), ExportError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return 0

@@ -41,134 +41,22 @@ import tempfile
 
 import keras
 
+from kctx.distribute import get_distribution
 from kctx.training.checkpoint import ArrayCheckpoint, step_checkpoint
 from kctx.training.config import config_from_dict, config_to_dict
-from kctx.training.records import HistoryLog, RunDirectoryError, StepCounter, git_commit, \
-    read_history, read_run, timing, versions, write_json
+from kctx.training.determinism import enable_determinism
+from kctx.training.records import (
+    HistoryLog,
+    RunDirectoryError,
+    StepCounter,
+    git_commit,
+    read_history,
+    read_run,
+    timing,
+    versions,
+    write_json,
+)
 from kctx.training.workflow import DataLocation, Run
-
-
-@contextlib.contextmanager
-def multi_worker_keras(model, strategy, dataset):
-    """Let ``fit`` / ``evaluate`` run under a multi-worker strategy (a no-op otherwise).
-
-    Keras 3 (3.15) fails under ``MultiWorkerMirroredStrategy`` with several
-    workers (keras-team/keras#20585, tensorflow/tensorflow#72388) in two places:
-
-    1. it builds the model from the first batch reduced by ``strategy.reduce``,
-       which cannot reduce a nested batch ("Attempt to convert a value
-       (PerReplica...)"): here the model, its loss and metrics are built from
-       the dataset's element spec, and Keras runs in the strategy's scope with
-       its own strategy reference cleared, so it skips that step;
-    2. it reduces each step's logs with ``strategy.reduce("MEAN", v, axis=0)``,
-       which fails on scalars ("Invalid reduction dimension 0"): the logs are
-       metric results, which Keras keeps in variables summed over all replicas
-       at every update, so every replica holds the global value and its local
-       one is taken instead, as in a single process.
-    """
-    from keras.src.backend.tensorflow import trainer as tf_trainer
-
-    from kctx.distribute import worker_index
-
-    if worker_index(strategy)[1] == 1:
-        yield
-        return
-    import tensorflow as tf
-
-    spec = tf.nest.map_structure(  # a replica's batch (PerReplicaSpec holds one per replica)
-        lambda item: getattr(item, "_value_specs", (item,))[0], dataset.element_spec)
-    with strategy.scope():
-        model._symbolic_build(data_batch=spec)  # noqa: SLF001 - see 1. above
-    saved = model._distribute_strategy, tf_trainer._collective_all_reduce_multi_worker  # noqa: SLF001
-    model._distribute_strategy = None  # noqa: SLF001
-    tf_trainer._collective_all_reduce_multi_worker = lambda strategy: False  # see 2. above
-    try:
-        with strategy.scope():
-            yield
-    finally:
-        model._distribute_strategy, tf_trainer._collective_all_reduce_multi_worker = saved
-
-
-# What deterministic mode needs of TensorFlow, set before it is imported: one thread for
-# ops and one between them, and no oneDNN kernels (measured here: with oneDNN, the
-# gradients of the PSF network change in the last bit from call to call on identical
-# inputs, even single-threaded; without it they do not).
-DETERMINISTIC_ENVIRONMENT = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
-                             "TF_ENABLE_ONEDNN_OPTS": "0"}
-# And of XLA's CPU runtime on the JAX backend (read when JAX starts its backend): one
-# thread for its kernels (appended to XLA_FLAGS, whose other flags are kept).
-XLA_DETERMINISTIC_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
-                           "intra_op_parallelism_threads=1")
-
-
-def deterministic_variables(environ=None):
-    """The environment deterministic mode runs in: ``environ`` (default ``os.environ``)
-    updated with :data:`DETERMINISTIC_ENVIRONMENT`, and on the JAX backend with
-    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``.
-
-    Examples:
-        >>> environment = deterministic_variables()
-        >>> environment["TF_NUM_INTRAOP_THREADS"], environment["TF_ENABLE_ONEDNN_OPTS"]
-        ('1', '0')
-        >>> # then: subprocess.run([sys.executable, "-m", "gan.train"], env=environment)
-    """
-    environ = dict(os.environ if environ is None else environ)
-    environ.update(DETERMINISTIC_ENVIRONMENT)
-    if keras.backend.backend() == "jax":
-        flags = environ.get("XLA_FLAGS", "").split()
-        environ["XLA_FLAGS"] = " ".join(
-            flags + [flag for flag in XLA_DETERMINISTIC_FLAGS if flag not in flags])
-    return environ
-
-
-def deterministic_environment():
-    """Whether this process was started in the environment of :func:`deterministic_variables`."""
-    expected = deterministic_variables()
-    return all(os.environ.get(key) == expected[key]
-               for key in (*DETERMINISTIC_ENVIRONMENT, "XLA_FLAGS") if key in expected)
-
-
-def _started(module):
-    if module == "tensorflow":
-        return "tensorflow" in sys.modules
-    if "jax" not in sys.modules:
-        return False
-    from jax._src import xla_bridge
-
-    return xla_bridge.backends_are_initialized()
-
-
-def enable_determinism():
-    """Single-threaded TensorFlow without oneDNN, with op determinism (and single-threaded
-    XLA on the JAX backend): bit-identical CPU runs.
-
-    The environment of :func:`deterministic_variables` must be in place before
-    TensorFlow is imported (and before JAX starts its backend): this sets it
-    when they have not, and otherwise raises unless the process was started
-    with it (the CLIs' ``--deterministic`` restarts the command with it).
-    """
-    if not deterministic_environment():
-        started = [module for module in ("tensorflow", "jax") if _started(module)]
-        if started:
-            settings = " ".join(f"{key}={value!r}" if " " in value else f"{key}={value}"
-                                for key, value in deterministic_variables().items()
-                                if os.environ.get(key) != value)
-            raise RuntimeError(
-                "deterministic=True needs TensorFlow single-threaded and without oneDNN (and "
-                "XLA single-threaded on JAX), which must be set before "
-                f"{' and '.join(started)} start(s): start Python with {settings}, or use "
-                "the command line's --deterministic (which does that).")
-        os.environ.update(deterministic_variables())
-    import tensorflow as tf
-
-    threads = tf.config.threading
-    if threads.get_intra_op_parallelism_threads() != 1:
-        try:
-            threads.set_intra_op_parallelism_threads(1)
-            threads.set_inter_op_parallelism_threads(1)
-        except RuntimeError:  # already initialised, from the environment: 1 thread each
-            pass
-    tf.config.experimental.enable_op_determinism()
 
 
 def _prepare_directory(directory):
@@ -249,11 +137,7 @@ def check_global_batch(batch_size, strategy):
     return replicas
 
 
-RUN_OPTIONS = ("model_dir", "seed", "strategy", "tpu", "deterministic", "verbose", "data_dir",
-               "manual_dir", "download", "stop_after_step", "callbacks", "log")
-
-
-def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=None,
+def run(workflow, config=None, variant=None, *, model_dir=None, seed=0, strategy=None, tpu=None,
         deterministic=False, verbose=1, data_dir=None, manual_dir=None, download=False,
         stop_after_step=None, callbacks=(), log=print, **overrides):
     """Train (or resume) a run of ``workflow`` and evaluate it.
@@ -261,6 +145,8 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     Args:
         workflow: a :class:`Workflow`.
         config: a config name (default the workflow's) or a config dataclass.
+        variant: the workflow's :attr:`~Workflow.variant_field` (e.g. the context
+            block, ``"self_attention"``); default the config's.
         model_dir: the run folder (default
             ``runs/<workflow>-<config>-<variant>-seed<seed>``). A folder that
             holds a run resumes it, and must hold the same run (same
@@ -292,6 +178,8 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
     """
     if deterministic:
         enable_determinism()
+    if variant is not None:
+        overrides[workflow.variant_field] = variant
     config = workflow.config(config, **overrides)
     if stop_after_step is not None and (isinstance(stop_after_step, bool) or
                                         not isinstance(stop_after_step, int) or
@@ -303,8 +191,6 @@ def run(workflow, config=None, *, model_dir=None, seed=0, strategy=None, tpu=Non
         raise RunDirectoryError(f"--model-dir {directory} is a file, not a directory: pass a "
                                 "directory (it is created when missing).")
     _check_same_run(workflow, directory, config, seed)
-    from kctx.distribute import get_distribution
-
     distribution = get_distribution(tpu, strategy=strategy, log=log)
     context = Run(workflow, config, seed, directory, distribution,
                   DataLocation(data_dir, manual_dir, download), deterministic, verbose, log)

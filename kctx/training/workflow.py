@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import keras
 
+from kctx.distribute import as_distribution
 from kctx.training.config import replace_config
 
 
@@ -68,8 +69,6 @@ class Run:
     log: Callable = print
 
     def __post_init__(self):
-        from kctx.distribute import as_distribution
-
         self.distribution = as_distribution(self.distribution)
 
     @property
@@ -128,8 +127,9 @@ class Workflow:
         model_file: the file the inference model is saved to.
         evaluation_fields: config fields that only change the evaluation, so
             ``evaluate`` may override them and a resumed run may differ in them.
-        variant_field: the config field :meth:`train` takes as its second
-            positional argument (``"context"``, ``"model"``).
+        variant_field: the config field :func:`kctx.training.run` takes as its third
+            positional argument (``"context"``, ``"model"``; ``run(workflow, config,
+            variant)``).
         description: the CLI's help text.
         export_evaluation: ``None`` when an exported model is only compared with
             Keras; otherwise the evaluation fields replaced when ``export`` scores
@@ -142,6 +142,7 @@ class Workflow:
         ...     def build(self, run): ...           # compiled model, built in the strategy scope
         ...     def train_data(self, run, start_step, input_context): ...
         ...     def evaluate(self, run, model): ...  # dict of scores
+        >>> # then kctx.training.run(Tiny(), "one"); kctx.training.train_main(Tiny(), argv)
     """
 
     name = None
@@ -240,50 +241,3 @@ class Workflow:
 
     def run_name(self, config, seed):
         return f"{self.name}-{config.name}-{self.variant(config)}-seed{seed}"
-
-    def train(self, config=None, variant=None, **options):
-        """Train (or resume) and evaluate a run of this workflow (:func:`kctx.training.run`).
-
-        ``config``: a config name (default :attr:`default_config`);
-        ``variant``: the :attr:`variant_field` (e.g. the context block);
-        ``options``: run options (``model_dir``, ``seed``, ``strategy``,
-        ``deterministic``, ``verbose``, ``stop_after_step``, ...) or config
-        fields (``steps``, ``batch_size``, ...). Returns the results (as in
-        ``results.json``) with the trained model under ``"model"``, the rows
-        of ``history.csv`` under ``"history"`` and the timing.
-        """
-        from kctx.training.runner import run
-
-        if variant is not None:
-            options[self.variant_field] = variant
-        return run(self, config, **options)
-
-    def rescore(self, model_dir, **options):
-        """:func:`kctx.training.evaluate_run` a run folder of this workflow."""
-        from kctx.training.runner import evaluate_run
-
-        return evaluate_run(self, model_dir, **options)
-
-    def train_main(self, argv=None, description=None):
-        """The ``python -m <name>.train`` command line (:func:`kctx.training.train_main`)."""
-        from kctx.training.cli import train_main
-
-        return train_main(self, argv, description)
-
-    def evaluate_main(self, argv=None):
-        """The ``python -m <name>.evaluate`` command line."""
-        from kctx.training.cli import evaluate_main
-
-        return evaluate_main(self, argv)
-
-    def export(self, model_dir, format, **options):
-        """:func:`kctx.training.export.export_run` a run folder of this workflow."""
-        from kctx.training.export import export_run
-
-        return export_run(self, model_dir, format, **options)
-
-    def export_main(self, argv=None):
-        """The ``python -m <name>.export`` command line."""
-        from kctx.training.export import export_main
-
-        return export_main(self, argv)
