@@ -5,7 +5,7 @@ Turns an official SegNeXt checkpoint (mmsegmentation's ``segnext_mscan-*`` ``.pt
 files, or the original repository's layout) into a run folder of this workflow:
 the workflow's SegNeXt for the dataset's config (``segnext_ade20k`` or
 ``segnext_cityscapes`` with backbone ``mscan_<variant>``) filled by
-:func:`kctx.models.load_segnext_weights` (every tensor must find its weight, with its
+:func:`kctx.convert.load_segnext_weights` (every tensor must find its weight, with its
 shape, or it fails naming them; nothing pickled is executed), saved as ``model.keras``,
 and ``run.json`` as :func:`kctx.training.run` writes it plus ``source_checkpoint``
 (the file's path, SHA-256, key layout and tensor count). ``segmentation.evaluate``,
@@ -23,13 +23,8 @@ import os
 import pathlib
 
 from kctx.checkpoints import torch_state_dict
-from kctx.models.segnext import (
-    ORIGINAL_RANK,
-    RANK,
-    CheckpointMismatchError,
-    checkpoint_layout,
-    load_segnext_weights,
-)
+from kctx.convert.segnext import CheckpointMismatchError, checkpoint_layout, load_segnext_weights
+from kctx.models.segnext import ORIGINAL_RANK, RANK
 from kctx.training import RunDirectoryError, save_model, write_json
 from kctx.training.cli import command_parser, user_errors_exit
 from kctx.training.config import add_config_arguments, config_overrides

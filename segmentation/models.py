@@ -21,10 +21,12 @@ place.
 import keras
 from keras import ops
 
+from kctx.convert.segnext import load_segnext_weights
 from kctx.layers import ResizeToMatch, check_context_block, context_block
+from kctx.layers.pytorch_style import batch_norm
 from kctx.models.resnet import dilated_resnet, torchvision_normalization
-from kctx.models.segnext import load_segnext_weights, segnext
-from kctx.ops import synchronized_batch_norm
+from kctx.models.segnext import MSCAN_VARIANTS, segnext
+from kctx.profile import Window, register_receptive_field_rule
 from kctx.validation import check_choice, check_positive_int
 
 # Backbone names -> kctx.models.dilated_resnet arguments.
@@ -104,16 +106,23 @@ class AtrousConv2D(keras.layers.Layer):
         return config
 
 
-def _norm(name, synchronized):
-    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5,
-                                           synchronized=synchronized_batch_norm(synchronized),
-                                           name=name)
+def _atrous_receptive_field(layer, input_size):
+    """kctx.profile's receptive-field rule of :class:`AtrousConv2D`: a "same" 3×3 window
+    with dilation ``rate``, or the 1×1 centre tap it computes once the rate reaches the
+    (static) map's height and width (DeepLabV3, Sec. 3.3)."""
+    height, width = input_size
+    if height is not None and width is not None and layer.rate >= max(height, width):
+        return Window((1, 1))
+    return Window((3, 3), (1, 1), (layer.rate, layer.rate), "same")
+
+
+register_receptive_field_rule(AtrousConv2D, _atrous_receptive_field)
 
 
 def _conv_norm_relu(x, filters, kernel_size, name, synchronized):
     x = keras.layers.Conv2D(filters, kernel_size, padding="same", use_bias=False,
                             name=f"{name}_conv")(x)
-    x = _norm(f"{name}_norm", synchronized)(x)
+    x = batch_norm(f"{name}_norm", synchronized)(x)
     return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
@@ -130,7 +139,7 @@ def _aspp_head(features, output_stride, synchronized, channels=256):
     branches = [_conv_norm_relu(features, channels, 1, "aspp_1x1", synchronized)]
     for rate in rates:
         x = AtrousConv2D(channels, rate, name=f"aspp_rate{rate}_conv")(features)
-        x = _norm(f"aspp_rate{rate}_norm", synchronized)(x)
+        x = batch_norm(f"aspp_rate{rate}_norm", synchronized)(x)
         branches.append(keras.layers.ReLU(name=f"aspp_rate{rate}_relu")(x))
     pooled = keras.layers.GlobalAveragePooling2D(keepdims=True, name="aspp_pool")(features)
     pooled = _conv_norm_relu(pooled, channels, 1, "aspp_pool_proj", synchronized)
@@ -180,9 +189,9 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
         synchronized_batch_norm: all-reduce batch statistics across replicas.
         backbone_weights: weights of the ``backbone`` sub-model: a torchvision
             ResNet-50 / -101 checkpoint (``.pth``, e.g. torchvision's ImageNet
-            ``resnet101-63fe2227.pth``; :func:`kctx.models.load_torchvision_weights`),
+            ``resnet101-63fe2227.pth``; :func:`kctx.convert.load_torchvision_resnet_weights`),
             for SegNeXt an MSCAN ImageNet or SegNeXt ``.pth`` (its backbone;
-            :func:`kctx.models.load_segnext_weights`), or a Keras ``.weights.h5`` of
+            :func:`kctx.convert.load_segnext_weights`), or a Keras ``.weights.h5`` of
             the backbone. None: random initialisation.
         backbone_options: other arguments of the backbone (:func:`kctx.models.mscan`'s
             ``embed_dims``, ``depths``, ``mlp_ratios``, ``drop_path_rate``;
@@ -248,5 +257,6 @@ def _segnext(backbone, output_stride, context, num_classes, input_shape, context
                     synchronized_batch_norm=synchronized,
                     name=name or f"segnext_{variant}" + ("" if official else f"_{context}"))
     if backbone_weights:
-        load_segnext_weights(model.get_layer("backbone"), backbone_weights)
+        load_segnext_weights(model.get_layer("backbone"), backbone_weights,
+                             variants=MSCAN_VARIANTS)
     return model

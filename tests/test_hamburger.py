@@ -129,6 +129,22 @@ def test_forward_matches_numpy_reference(kwargs, training):
     np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-4)
 
 
+def test_the_official_absolute_guard_is_the_one_run():
+    """relative_eps=False (the official variants): the updates' guard is eps on x itself
+    (the NumPy reference, the official code's), not eps·max|x|; at eps = 0.5 the two give
+    other outputs, so the flag reaches the decomposition."""
+    z = 3.0 * np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    absolute = Hamburger(rank=3, steps=4, init="fixed", seed=0, eps=0.5, relative_eps=False)
+    absolute.build(SHAPE)
+    relative = Hamburger.from_config({**absolute.get_config(), "relative_eps": True})
+    relative.build(SHAPE)
+    relative.set_weights(absolute.get_weights())
+    expected = _numpy_hamburger(absolute, z, absolute.bases.numpy(), 4, False)
+    np.testing.assert_allclose(absolute(z, training=False).numpy(), expected, rtol=2e-4,
+                               atol=2e-4)
+    assert np.abs(relative(z, training=False).numpy() - expected).max() > 1e-2
+
+
 OFFICIAL_SHAPE = (2, 5, 4, 32)  # 32 channels: LightHam's group norm has SegNeXt's 32 groups
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import pathlib
 
 import keras
 import numpy as np
@@ -11,8 +12,12 @@ from kctx.layers import Hamburger, SelfAttention2D, context_block, context_block
 from kctx.models import PaddedMaxPooling2D, dilated_resnet
 from kctx.profile import (Window, effective_receptive_field, register_receptive_field_rule,
                           theoretical_receptive_field)
-from kctx.profile.receptive_field import _is_global_layer
+from kctx.profile.receptive_field import rules
+from kctx.profile.receptive_field.rules import is_global_layer, receptive_field_rule
+from segmentation import models as segmentation_models
 from segmentation.models import AtrousConv2D
+
+KCTX = pathlib.Path(__file__).resolve().parents[1] / "kctx"
 
 
 def conv(filters=2, kernel=3, strides=1, dilation=1, padding="same", name=None, ones=False):
@@ -95,7 +100,7 @@ def test_global_layers_make_the_field_global():
     assert theoretical_receptive_field(model_of(SelfAttention2D(), shape=(4, 4, 8))).is_global
     # Every registered image context block but the identity is recognised.
     for name in context_block_names("image"):
-        assert _is_global_layer(context_block(name)) == (name != "none"), name
+        assert is_global_layer(context_block(name)) == (name != "none"), name
 
 
 class Blur(keras.layers.Layer):
@@ -118,11 +123,55 @@ def test_unknown_layers_raise_or_are_listed():
     try:
         assert theoretical_receptive_field(model_of(Blur(), conv())).rf == (5, 5)
     finally:
-        from kctx.profile import receptive_field
-
-        receptive_field._RULES.pop(Blur)
+        rules._RULES.pop(Blur)
     field = theoretical_receptive_field(model_of(Scale(name="double"), conv()))
     assert field.rf == (3, 3) and field.assumed_pointwise == ("double (Scale)",)
+
+
+class WideBlur(Blur):
+    pass
+
+
+class TallConv(keras.layers.Conv2D):
+    pass
+
+
+def test_rules_are_found_along_the_class_hierarchy():
+    # A subclass follows its base's rule (a registered user class, a Keras class) until it
+    # registers its own, which then wins.
+    register_receptive_field_rule(Blur, lambda layer, size: Window((3, 3), padding="same"))
+    try:
+        assert theoretical_receptive_field(model_of(WideBlur(), conv())).rf == (5, 5)
+        register_receptive_field_rule(WideBlur, lambda layer, size: Window((5, 5), padding="same"))
+        assert theoretical_receptive_field(model_of(WideBlur(), conv())).rf == (7, 7)
+    finally:
+        rules._RULES.pop(Blur)
+        rules._RULES.pop(WideBlur, None)
+    assert theoretical_receptive_field(model_of(TallConv(2, (5, 1), padding="same"))).rf == (5, 1)
+    register_receptive_field_rule(TallConv, lambda layer, size: "global")
+    try:
+        assert theoretical_receptive_field(model_of(TallConv(2, 3), conv())).is_global
+    finally:
+        rules._RULES.pop(TallConv)
+    with pytest.raises(TypeError, match="must be callable"):
+        register_receptive_field_rule(Blur, "pointwise")
+
+
+def test_a_workflow_registers_its_own_layers():
+    # segmentation.models files AtrousConv2D's rule where it defines the class; kctx knows
+    # no workflow package.
+    assert receptive_field_rule(AtrousConv2D(2, 3)) is segmentation_models._atrous_receptive_field
+
+    class WiderAtrous(AtrousConv2D):
+        pass
+
+    assert theoretical_receptive_field(model_of(WiderAtrous(2, 4))).rf == (9, 9)
+    mentions = [f"{path.relative_to(KCTX.parent)}:{number}"
+                for path in sorted(KCTX.rglob("*.py"))
+                for number, line in enumerate(path.read_text().splitlines(), 1)
+                if "AtrousConv" in line or (path.is_relative_to(KCTX / "profile")
+                                            and "segmentation" in line)]
+    assert mentions == []
 
 
 def test_kctx_and_segmentation_layers():

@@ -141,17 +141,14 @@ def test_segnext_parameter_groups_follow_the_official_names():
     Keras paths give every SegNeXt weight the group its official name gets (decode head
     ×10, MSCAN's norm1 / norm2 / patch_embed*.norm / norm1..4 undecayed, the stem's
     BatchNorms patch_embed1.proj.1 / .4, whose names hold no "norm", decayed)."""
-    from kctx.models.segnext import _backbone_of, _weight_targets
+    from kctx.convert.segnext import segnext_targets
     from kctx.training import paramwise_multipliers
     from segmentation.configs import SEGNEXT_PARAMWISE
     from segmentation.models import segmenter
 
     model = segmenter("mscan_t", 8, "ham_nmf_light", 7, head_channels=64,
                       context_kwargs={"rank": 8}, backbone_options=TINY_BACKBONE)
-    official = {id(variable): f"backbone.{key}" for key, (variable, _) in
-                _weight_targets(_backbone_of(model)).items()}
-    official.update({id(variable): key for key, (variable, _) in
-                     _weight_targets(model).items() if key.startswith("decode_head.")})
+    official = {id(variable): key for key, (variable, _) in segnext_targets(model).items()}
     groups = {}
     for variable in model.trainable_variables:
         name = official[id(variable)]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from kctx.checkpoints import UnsafeCheckpointError
-from kctx.models import mscan, segnext
+from kctx.convert import CheckpointMismatchError, load_segnext_weights
+from kctx.models import MSCAN_VARIANTS, mscan, segnext
 from kctx.models.resnet import IMAGENET_MEAN, IMAGENET_STD
-from kctx.models.segnext import CheckpointMismatchError, load_segnext_weights
 from kctx.ops import initial_bases
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "segnext"
@@ -158,7 +158,14 @@ def test_a_checkpoint_that_does_not_fit_fails_with_the_names(tmp_path):
     t_state = {key: np.broadcast_to(np.float32(0), shape) for key, shape in t_keys.items()}
     with pytest.raises(CheckpointMismatchError, match="MSCAN-T: build the model with "
                                                       "variant='t'"):
-        load_segnext_weights(segnext("s"), t_state, assign=False)
+        segnext("s", weights=t_state)
+    s_model = segnext("s")
+    with pytest.raises(CheckpointMismatchError, match="MSCAN-T: build the model with "
+                                                      "variant='t'"):
+        load_segnext_weights(s_model, t_state, assign=False, variants=MSCAN_VARIANTS)
+    with pytest.raises(CheckpointMismatchError, match=r"backbone has embed_dims=\(32, 64, 160, "
+                                                      r"256\) and depths=\(3, 3, 5, 2\)"):
+        load_segnext_weights(s_model, t_state, assign=False)
     mixed = dict(state)
     mixed["backbone.block1.0.mlp.dwconv.dwconv.weight"] = \
         mixed["backbone.block1.0.mlp.dwconv.weight"]
@@ -231,9 +238,12 @@ def test_another_context_block_in_the_light_ham_head():
 
 
 def test_segnext_layers_meet_the_layer_standards():
-    from kctx.models.segnext import LayerScale, PadToMultiple, UpsampleLogits
+    from kctx.layers import LayerScale
+    from kctx.models.segnext import PadToMultiple, UpsampleLogits
     from kctx.testing import run_layer_test
 
+    # Registered under the name it had in kctx.models.segnext: saved models still load.
+    assert keras.saving.get_registered_name(LayerScale) == "kctx>LayerScale"
     run_layer_test(LayerScale, {"init_value": 0.3}, (2, 5, 6, 4),
                    expected_num_trainable_weights=1)
     run_layer_test(PadToMultiple, {"size_divisor": 8}, (2, 5, 9, 3),

@@ -262,7 +262,7 @@ def _cell_outputs(directory):
 
 @pytest.mark.slow
 def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
-    from kctx.training.runner import DETERMINISTIC_ENVIRONMENT
+    from kctx.training import DETERMINISTIC_ENVIRONMENT
 
     smoke = STUDIES["smoke"]
     runs = tmp_path / "runs"

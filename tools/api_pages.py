@@ -38,7 +38,9 @@ INTRODUCTIONS = {
     "kctx.distribute": "Where a run trains: tf.distribute strategies on TensorFlow, "
                        "`keras.distribution.DataParallel` (one or several hosts) on JAX.",
     "kctx.convert": "Checkpoint conversion into kctx's models through one strict porting "
-                    "helper: the FID Inception from pytorch-fid's or torch-fidelity's file.",
+                    "helper: the FID Inception from pytorch-fid's or torch-fidelity's file, "
+                    "SegNeXt from mmsegmentation's or the original repository's, the dilated "
+                    "ResNets from torchvision's.",
     "kctx.checkpoints": "PyTorch `.pth` files read as NumPy arrays without PyTorch and without "
                         "running pickled code (an allow-list of globals), in time and memory "
                         "bounded by the file and `max_bytes`.",

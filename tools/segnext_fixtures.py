@@ -752,182 +752,6 @@ def check_against_original(code, orig_model, sd_mmseg, out, bases):
     return res
 
 
-# --------------------------------------------------------------------------
-# Main.
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--segnext-repo", type=Path, default=None,
-                        help="checkout or git dir of Visual-Attention-Network/SegNeXt")
-    parser.add_argument("--segnext-rev", default="HEAD")
-    args = parser.parse_args(argv)
-    out_dir = args.out
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    repo = code = None
-    if args.segnext_repo is None:
-        log("--segnext-repo not given: skipping the original-repository layout "
-            "(manifest original_* entries, tiny_original.pth, cross-checks)")
-    else:
-        repo = SegNeXtRepo(args.segnext_repo, args.segnext_rev)
-        code = load_original_code(repo)
-        log(f"original SegNeXt code loaded from {args.segnext_repo} @ {repo.commit}")
-
-    manifest = dict(
-        versions=dict(python=sys.version.split()[0], torch=torch.__version__,
-                      numpy=np.__version__, mmseg=mmseg.__version__,
-                      mmengine=mmengine.__version__, mmcv=mmcv.__version__),
-        segnext_repo_commit=repo.commit if repo else None,
-        key_mapping=dict(
-            mmseg_to_original=[[".mlp.dwconv.", ".mlp.dwconv.dwconv."]],
-            note="apply to every state_dict key (prefix backbone. / none for "
-                 "backbone-only checkpoints); no other key, shape or order "
-                 "difference; established by building both models"),
-        variants={},
-        cityscapes=dict(
-            note="mmseg 1.2.2 ships no SegNeXt Cityscapes config; the original "
-                 "repo's local_configs/segnext/*/segnext.*.1024x1024.city.160k.py "
-                 "differ from its ADE20K configs in the model only by num_classes "
-                 "(19) and test_cfg (slide 1024x1024, stride 768); so the "
-                 "Cityscapes model = the ADE20K variant with num_classes=19 "
-                 "(conv_seg (19, channels, 1, 1)); see variants.*",
-            variants={}),
-    )
-
-    # -- manifest: the four ADE20K configs in mmseg 1.x layout ------------
-    for v in "tsbl":
-        cfg = mmseg_config(v)
-        model = build_mmseg(cfg.model)
-        entry = dict(config=MMSEG_CONFIGS[v],
-                     pretrained_checkpoint=cfg.model.backbone.init_cfg.checkpoint,
-                     param_count=param_count(model),
-                     **settings_of(cfg.model))
-        entry["state_dict"] = shapes_of(model.state_dict())
-        manifest["variants"][v] = entry
-        log(f"mmseg {v}: {entry['param_count']} parameters, {len(entry['state_dict'])} keys")
-    if code is not None:
-        original_layout_report(code, repo, manifest)
-
-    images_tiny = random_images(TINY_IMAGES_SHAPE, IMAGE_SEED)
-    images_t = random_images(MSCAN_T_IMAGES_SHAPE, IMAGE_SEED + 1)
-    checks = {}
-
-    # -- tiny --------------------------------------------------------------
-    tcfg = tiny_mmseg_model_cfg()
-    tiny_random = build_mmseg(tcfg)
-    randomize_(tiny_random, WeightFactory(WEIGHT_SEED))
-    full_cfg = mmseg_config("t")
-    full_cfg.model = tcfg
-    tiny, sd_tiny = save_and_reload(
-        out_dir / "tiny_mmseg.pth", tiny_random, tcfg, full_cfg.pretty_text,
-        "segnext_tiny_fixture", TINY_HEAD["num_classes"])
-    del tiny_random
-    bases_tiny = nmf_bases(TINY_HEAD["ham_channels"], TINY_MD["MD_R"])
-    out_tiny = official_predict(tiny, images_tiny, bases_tiny)
-    save_outputs(out_dir / "tiny_outputs.npz", images_tiny, out_tiny, bases_tiny,
-                 TINY_MD["eval_steps"], TINY_MD["MD_R"], full_logits=True)
-    manifest["tiny"] = dict(state_dict=shapes_of(sd_tiny))
-    checks["tiny"] = dict(param_count=param_count(tiny), settings=settings_of(tcfg),
-                          storage=storage_report(sd_tiny),
-                          padded_shape=list(out_tiny["padded_shape"]),
-                          logits=describe(out_tiny["logits"]),
-                          head_logits=describe(out_tiny["head_logits"]),
-                          stages=[describe(s) for s in out_tiny["stages"]])
-    log("tiny logits", checks["tiny"]["logits"])
-    checks["tiny"]["sensitivity"] = sensitivity(tiny, images_tiny, bases_tiny, out_tiny)
-    log("tiny sensitivity", json.dumps(checks["tiny"]["sensitivity"]))
-    if code is not None:
-        ocfg = tiny_original_config(repo)
-        otiny = build_original(code, ocfg.model)
-        checks["tiny"]["original_code"] = check_against_original(
-            code, otiny, sd_tiny, out_tiny, bases_tiny)
-        log("tiny vs original code", checks["tiny"]["original_code"])
-        # The original model's own state_dict (key order, _metadata), its
-        # values replaced by the very tensors (strided views) of tiny_mmseg.pth.
-        osd = otiny.state_dict()
-        assert list(osd) == [mmseg_to_original_key(k) for k in sd_tiny]
-        for k, t in sd_tiny.items():
-            osd[mmseg_to_original_key(k)] = t
-        orig_meta = dict(
-            mmseg_version="0.24.1+" + (repo.commit or "")[:7], config=ocfg.pretty_text,
-            CLASSES=ade_dataset_meta(TINY_HEAD["num_classes"])["classes"],
-            PALETTE=ade_dataset_meta(TINY_HEAD["num_classes"])["palette"],
-            mmcv_version="1.5.0", time="Sat Sep 10 14:02:44 2022",
-            iter=FAKE_ITERS, epoch=1)
-        torch.save({"meta": orig_meta, "state_dict": weights_to_cpu(osd)},
-                   out_dir / "tiny_original.pth")
-        reloaded = torch.load(out_dir / "tiny_original.pth", map_location="cpu",
-                              weights_only=True)["state_dict"]
-        assert list(reloaded) == list(osd)
-        for k, t in sd_tiny.items():
-            assert same_tensor(t, reloaded[mmseg_to_original_key(k)]), k
-        manifest["tiny"]["original_state_dict"] = shapes_of(osd)
-
-    # -- ImageNet-style backbone-only checkpoint of the tiny backbone --------
-    # Exactly the backbone tensors (same strided views) of tiny_mmseg.pth, so
-    # stage1..stage4 of tiny_outputs.npz are its reference outputs too.
-    bsd = collections.OrderedDict(
-        (k[len("backbone."):], v) for k, v in sd_tiny.items() if k.startswith("backbone."))
-    head = nn.Linear(TINY_BACKBONE["embed_dims"][-1], 1000)
-    randomize_(head, WeightFactory(WEIGHT_SEED + 2))
-    bsd["head.weight"], bsd["head.bias"] = head.weight.detach(), head.bias.detach()
-    torch.save(bsd, out_dir / "tiny_imagenet.pth")
-    reloaded = torch.load(out_dir / "tiny_imagenet.pth", map_location="cpu",
-                          weights_only=True)
-    assert list(reloaded) == list(bsd)
-    assert all(same_tensor(bsd[k], reloaded[k]) for k in bsd)
-    checks["tiny_imagenet"] = dict(
-        storage=storage_report(reloaded),
-        **check_imagenet_loading(tcfg, out_dir / "tiny_imagenet.pth", sd_tiny, out_tiny))
-    assert checks["tiny_imagenet"]["all_backbone_tensors_loaded_equal"]
-    assert checks["tiny_imagenet"]["stage_max_abs_diff"] == 0.0
-    log("imagenet checkpoint via init_cfg", checks["tiny_imagenet"])
-
-    # -- real-size SegNeXt-T ------------------------------------------------
-    cfg_t = mmseg_config("t")
-    t_random = build_mmseg(cfg_t.model)
-    randomize_(t_random, WeightFactory(WEIGHT_SEED + 1))
-    model_t, sd_t = save_and_reload(
-        out_dir / "mscan_t_mmseg.pth", t_random, cfg_t.model, cfg_t.pretty_text,
-        "segnext_mscan-t_1xb16-adamw-160k_ade20k-512x512", 150)
-    del t_random
-    hk = cfg_t.model.decode_head.ham_kwargs
-    bases_t = nmf_bases(cfg_t.model.decode_head.ham_channels, hk.MD_R)
-    out_t = official_predict(model_t, images_t, bases_t)
-    save_outputs(out_dir / "mscan_t_outputs.npz", images_t, out_t, bases_t,
-                 hk.eval_steps, hk.MD_R, full_logits=False)
-    checks["mscan_t"] = dict(param_count=param_count(model_t),
-                             storage=storage_report(sd_t),
-                             padded_shape=list(out_t["padded_shape"]),
-                             logits_not_stored=describe(out_t["logits"]),
-                             head_logits=describe(out_t["head_logits"]),
-                             stages=[describe(s) for s in out_t["stages"]])
-    log("mscan_t logits (not stored)", checks["mscan_t"]["logits_not_stored"])
-    log("mscan_t head_logits", checks["mscan_t"]["head_logits"])
-    checks["mscan_t"]["sensitivity"] = sensitivity(model_t, images_t, bases_t, out_t)
-    log("mscan_t sensitivity", json.dumps(checks["mscan_t"]["sensitivity"]))
-    if code is not None:
-        ot = build_original(code, repo.config(ORIG_ADE["t"]).model)
-        checks["mscan_t"]["original_code"] = check_against_original(
-            code, ot, sd_t, out_t, bases_t)
-        log("mscan_t vs original code", checks["mscan_t"]["original_code"])
-
-    manifest["fixtures"] = checks
-    manifest["notes"] = PIPELINE_NOTES
-    text = json.dumps(manifest, indent=1)
-    # one line per numeric list (shapes), to keep the file small and diffable
-    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
-                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
-                  text)
-    assert json.loads(text) == json.loads(json.dumps(manifest))
-    with open(out_dir / "manifest.json", "w") as f:
-        f.write(text + "\n")
-    for p in sorted(out_dir.iterdir()):
-        log(f"{p.name}: {p.stat().st_size} bytes")
-
-
 def check_imagenet_loading(model_cfg, path, sd_ref, out_ref):
     """Load the file the way the config's init_cfg=Pretrained does and compare
     with the segmentor's backbone tensors ``sd_ref`` and stage outputs."""
@@ -963,6 +787,232 @@ def check_imagenet_loading(model_cfg, path, sd_ref, out_ref):
             if "key" in line or "unexpected" in line or "missing" in line]
     return dict(all_backbone_tensors_loaded_equal=equal, stage_max_abs_diff=diff,
                 loader_messages=msgs)
+
+
+# --------------------------------------------------------------------------
+# The fixtures, one step each.
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--segnext-repo", type=Path, default=None,
+                        help="checkout or git dir of Visual-Attention-Network/SegNeXt")
+    parser.add_argument("--segnext-rev", default="HEAD")
+    return parser.parse_args(argv)
+
+
+def original_repository(path, rev):
+    """``(repo, code)``: the original SegNeXt repository at ``path`` and its model code,
+    or ``(None, None)`` without ``--segnext-repo``."""
+    if path is None:
+        log("--segnext-repo not given: skipping the original-repository layout "
+            "(manifest original_* entries, tiny_original.pth, cross-checks)")
+        return None, None
+    repo = SegNeXtRepo(path, rev)
+    code = load_original_code(repo)
+    log(f"original SegNeXt code loaded from {path} @ {repo.commit}")
+    return repo, code
+
+
+def new_manifest(repo):
+    """The manifest's first entries: versions, the key mapping, the Cityscapes note."""
+    return dict(
+        versions=dict(python=sys.version.split()[0], torch=torch.__version__,
+                      numpy=np.__version__, mmseg=mmseg.__version__,
+                      mmengine=mmengine.__version__, mmcv=mmcv.__version__),
+        segnext_repo_commit=repo.commit if repo else None,
+        key_mapping=dict(
+            mmseg_to_original=[[".mlp.dwconv.", ".mlp.dwconv.dwconv."]],
+            note="apply to every state_dict key (prefix backbone. / none for "
+                 "backbone-only checkpoints); no other key, shape or order "
+                 "difference; established by building both models"),
+        variants={},
+        cityscapes=dict(
+            note="mmseg 1.2.2 ships no SegNeXt Cityscapes config; the original "
+                 "repo's local_configs/segnext/*/segnext.*.1024x1024.city.160k.py "
+                 "differ from its ADE20K configs in the model only by num_classes "
+                 "(19) and test_cfg (slide 1024x1024, stride 768); so the "
+                 "Cityscapes model = the ADE20K variant with num_classes=19 "
+                 "(conv_seg (19, channels, 1, 1)); see variants.*",
+            variants={}),
+    )
+
+
+def describe_variants(manifest, repo, code):
+    """manifest ``variants``: the four ADE20K configs in mmseg 1.x layout (and, with the
+    original code, in the original repository's layout and its Cityscapes models)."""
+    for v in "tsbl":
+        cfg = mmseg_config(v)
+        model = build_mmseg(cfg.model)
+        entry = dict(config=MMSEG_CONFIGS[v],
+                     pretrained_checkpoint=cfg.model.backbone.init_cfg.checkpoint,
+                     param_count=param_count(model),
+                     **settings_of(cfg.model))
+        entry["state_dict"] = shapes_of(model.state_dict())
+        manifest["variants"][v] = entry
+        log(f"mmseg {v}: {entry['param_count']} parameters, {len(entry['state_dict'])} keys")
+    if code is not None:
+        original_layout_report(code, repo, manifest)
+
+
+def reference_outputs(name, model, sd, images, bases, eval_steps, rank, path, full_logits,
+                      settings=None):
+    """Write the official outputs of ``model`` (state dict ``sd``) on ``images`` to
+    ``path`` (:func:`save_outputs`) and return them with the fixture's checks: parameter
+    count (``settings`` next when given), storage, statistics of the outputs (the logits
+    as ``logits_not_stored`` without ``full_logits``) and the sensitivity."""
+    out = official_predict(model, images, bases)
+    save_outputs(path, images, out, bases, eval_steps, rank, full_logits=full_logits)
+    checks = dict(param_count=param_count(model))
+    if settings is not None:
+        checks["settings"] = settings
+    logits = "logits" if full_logits else "logits_not_stored"
+    checks.update(storage=storage_report(sd), padded_shape=list(out["padded_shape"]),
+                  **{logits: describe(out["logits"])},
+                  head_logits=describe(out["head_logits"]),
+                  stages=[describe(s) for s in out["stages"]])
+    if full_logits:
+        log(f"{name} logits", checks["logits"])
+    else:
+        log(f"{name} logits (not stored)", checks["logits_not_stored"])
+        log(f"{name} head_logits", checks["head_logits"])
+    checks["sensitivity"] = sensitivity(model, images, bases, out)
+    log(f"{name} sensitivity", json.dumps(checks["sensitivity"]))
+    return out, checks
+
+
+def compare_with_original(name, code, model_cfg, sd, out, bases):
+    """The original code's model of ``model_cfg`` and how its outputs with the weights
+    ``sd`` compare with the official ``out`` (:func:`check_against_original`)."""
+    model = build_original(code, model_cfg)
+    result = check_against_original(code, model, sd, out, bases)
+    log(f"{name} vs original code", result)
+    return model, result
+
+
+def write_tiny(out_dir, repo, code, manifest):
+    """tiny_mmseg.pth, tiny_outputs.npz and, with the original code, tiny_original.pth:
+    the reduced-width model. Returns its config, state dict, outputs and checks."""
+    tcfg = tiny_mmseg_model_cfg()
+    tiny_random = build_mmseg(tcfg)
+    randomize_(tiny_random, WeightFactory(WEIGHT_SEED))
+    full_cfg = mmseg_config("t")
+    full_cfg.model = tcfg
+    tiny, sd_tiny = save_and_reload(
+        out_dir / "tiny_mmseg.pth", tiny_random, tcfg, full_cfg.pretty_text,
+        "segnext_tiny_fixture", TINY_HEAD["num_classes"])
+    del tiny_random
+    bases_tiny = nmf_bases(TINY_HEAD["ham_channels"], TINY_MD["MD_R"])
+    manifest["tiny"] = dict(state_dict=shapes_of(sd_tiny))
+    out_tiny, checks = reference_outputs(
+        "tiny", tiny, sd_tiny, random_images(TINY_IMAGES_SHAPE, IMAGE_SEED), bases_tiny,
+        TINY_MD["eval_steps"], TINY_MD["MD_R"], out_dir / "tiny_outputs.npz",
+        full_logits=True, settings=settings_of(tcfg))
+    if code is not None:
+        ocfg = tiny_original_config(repo)
+        otiny, checks["original_code"] = compare_with_original(
+            "tiny", code, ocfg.model, sd_tiny, out_tiny, bases_tiny)
+        osd = write_tiny_original(out_dir / "tiny_original.pth", otiny, ocfg, repo, sd_tiny)
+        manifest["tiny"]["original_state_dict"] = shapes_of(osd)
+    return tcfg, sd_tiny, out_tiny, checks
+
+
+def write_tiny_original(path, otiny, ocfg, repo, sd_tiny):
+    """The original model's own state_dict (key order, _metadata), its values replaced
+    by the very tensors (strided views) of tiny_mmseg.pth, saved as the original
+    repository's checkpoints are; returns that state dict."""
+    osd = otiny.state_dict()
+    assert list(osd) == [mmseg_to_original_key(k) for k in sd_tiny]
+    for k, t in sd_tiny.items():
+        osd[mmseg_to_original_key(k)] = t
+    orig_meta = dict(
+        mmseg_version="0.24.1+" + (repo.commit or "")[:7], config=ocfg.pretty_text,
+        CLASSES=ade_dataset_meta(TINY_HEAD["num_classes"])["classes"],
+        PALETTE=ade_dataset_meta(TINY_HEAD["num_classes"])["palette"],
+        mmcv_version="1.5.0", time="Sat Sep 10 14:02:44 2022",
+        iter=FAKE_ITERS, epoch=1)
+    torch.save({"meta": orig_meta, "state_dict": weights_to_cpu(osd)}, path)
+    reloaded = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    assert list(reloaded) == list(osd)
+    for k, t in sd_tiny.items():
+        assert same_tensor(t, reloaded[mmseg_to_original_key(k)]), k
+    return osd
+
+
+def write_tiny_imagenet(out_dir, tcfg, sd_tiny, out_tiny):
+    """tiny_imagenet.pth: an ImageNet-style backbone-only checkpoint of the tiny
+    backbone. Exactly the backbone tensors (same strided views) of tiny_mmseg.pth, so
+    stage1..stage4 of tiny_outputs.npz are its reference outputs too. Returns its
+    checks."""
+    bsd = collections.OrderedDict(
+        (k[len("backbone."):], v) for k, v in sd_tiny.items() if k.startswith("backbone."))
+    head = nn.Linear(TINY_BACKBONE["embed_dims"][-1], 1000)
+    randomize_(head, WeightFactory(WEIGHT_SEED + 2))
+    bsd["head.weight"], bsd["head.bias"] = head.weight.detach(), head.bias.detach()
+    torch.save(bsd, out_dir / "tiny_imagenet.pth")
+    reloaded = torch.load(out_dir / "tiny_imagenet.pth", map_location="cpu",
+                          weights_only=True)
+    assert list(reloaded) == list(bsd)
+    assert all(same_tensor(bsd[k], reloaded[k]) for k in bsd)
+    checks = dict(
+        storage=storage_report(reloaded),
+        **check_imagenet_loading(tcfg, out_dir / "tiny_imagenet.pth", sd_tiny, out_tiny))
+    assert checks["all_backbone_tensors_loaded_equal"]
+    assert checks["stage_max_abs_diff"] == 0.0
+    log("imagenet checkpoint via init_cfg", checks)
+    return checks
+
+
+def write_mscan_t(out_dir, repo, code):
+    """mscan_t_mmseg.pth and mscan_t_outputs.npz: the real-size SegNeXt-T. Returns its
+    checks."""
+    cfg_t = mmseg_config("t")
+    t_random = build_mmseg(cfg_t.model)
+    randomize_(t_random, WeightFactory(WEIGHT_SEED + 1))
+    model_t, sd_t = save_and_reload(
+        out_dir / "mscan_t_mmseg.pth", t_random, cfg_t.model, cfg_t.pretty_text,
+        "segnext_mscan-t_1xb16-adamw-160k_ade20k-512x512", 150)
+    del t_random
+    hk = cfg_t.model.decode_head.ham_kwargs
+    bases_t = nmf_bases(cfg_t.model.decode_head.ham_channels, hk.MD_R)
+    out_t, checks = reference_outputs(
+        "mscan_t", model_t, sd_t, random_images(MSCAN_T_IMAGES_SHAPE, IMAGE_SEED + 1),
+        bases_t, hk.eval_steps, hk.MD_R, out_dir / "mscan_t_outputs.npz", full_logits=False)
+    if code is not None:
+        _, checks["original_code"] = compare_with_original(
+            "mscan_t", code, repo.config(ORIG_ADE["t"]).model, sd_t, out_t, bases_t)
+    return checks
+
+
+def write_manifest(path, manifest):
+    """``manifest`` as JSON, one line per numeric list (shapes), to keep the file small
+    and diffable."""
+    text = json.dumps(manifest, indent=1)
+    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
+                  text)
+    assert json.loads(text) == json.loads(json.dumps(manifest))
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out_dir = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    repo, code = original_repository(args.segnext_repo, args.segnext_rev)
+    manifest = new_manifest(repo)
+    describe_variants(manifest, repo, code)
+    tcfg, sd_tiny, out_tiny, tiny_checks = write_tiny(out_dir, repo, code, manifest)
+    manifest["fixtures"] = dict(
+        tiny=tiny_checks,
+        tiny_imagenet=write_tiny_imagenet(out_dir, tcfg, sd_tiny, out_tiny),
+        mscan_t=write_mscan_t(out_dir, repo, code))
+    manifest["notes"] = PIPELINE_NOTES
+    write_manifest(out_dir / "manifest.json", manifest)
+    for p in sorted(out_dir.iterdir()):
+        log(f"{p.name}: {p.stat().st_size} bytes")
 
 
 PIPELINE_NOTES = [

@@ -82,7 +82,7 @@ def _limited(names, limit=12):
 def mismatch_error(model_name, description, mismatched, unused, unfilled, hint=""):
     """The :class:`CheckpointMismatchError` listing (at most a dozen of) each kind of misfit:
     shapes that differ, checkpoint tensors without a Keras weight, Keras weights without a
-    tensor; ``hint`` is appended (e.g. which variant the checkpoint is)."""
+    tensor; ``hint``, a sentence, ends the message (e.g. which variant the checkpoint is)."""
     problems = []
     if mismatched:
         problems.append(f"{len(mismatched)} shapes differ: {_limited(mismatched, 6)}")
@@ -94,10 +94,10 @@ def mismatch_error(model_name, description, mismatched, unused, unfilled, hint="
                         f"{_limited(unfilled)}")
     what = f" ({description})" if description else ""
     return CheckpointMismatchError(f"The checkpoint does not fit {model_name!r}{what}: "
-                                   + "; ".join(problems) + "." + hint)
+                                   + "; ".join(problems) + "." + (f" {hint}" if hint else ""))
 
 
-def port_weights(model, state, targets, skipped=(), assign=True, description=None):
+def port_weights(model, state, targets, skipped=(), assign=True, description=None, hint=""):
     """Assign ``state``'s tensors to ``model``'s variables through ``targets``, strictly.
 
     Args:
@@ -109,6 +109,7 @@ def port_weights(model, state, targets, skipped=(), assign=True, description=Non
             ``num_batches_tracked``); they are returned.
         assign: ``False`` checks that the checkpoint fits without assigning.
         description: how the message names the checkpoint (e.g. its layout).
+        hint: a sentence the message ends with (e.g. which variant the checkpoint is).
 
     Returns:
         ``{"loaded": number of tensors assigned, "skipped": sorted skipped keys}``.
@@ -141,7 +142,7 @@ def port_weights(model, state, targets, skipped=(), assign=True, description=Non
                               f"model {tuple(variable.shape)}")
         values[key] = value
     if unused or unfilled or mismatched:
-        raise mismatch_error(model.name, description, mismatched, unused, unfilled)
+        raise mismatch_error(model.name, description, mismatched, unused, unfilled, hint)
     for key, value in values.items() if assign else ():
         variable = targets[key][0]
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))

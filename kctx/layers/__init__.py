@@ -14,6 +14,7 @@ from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_ev
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
 from kctx.layers.kronecker_attention import KroneckerAttention2D
 from kctx.layers.latent_gnn import LatentGNN2D
+from kctx.layers.layer_scale import LayerScale
 from kctx.layers.non_local import NonLocal2D
 from kctx.layers.poly_nl import PolyNL
 from kctx.layers.psf_attention import PSFAttention
@@ -32,6 +33,7 @@ __all__ = [
     "KroneckerAttention2D",
     "OFFICIAL_VARIANTS",
     "LatentGNN2D",
+    "LayerScale",
     "NonLocal2D",
     "PSFAttention",
     "PositionEmbedding",

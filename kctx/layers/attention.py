@@ -11,13 +11,14 @@ from kctx.validation import (
     standardize_data_format,
     standardize_pool_size,
 )
+from kctx.layers._projection import ProjectionMixin, serialize_projection_config
 from kctx.layers.context_block import register_context_block
 from kctx.ops.attention import multi_head_attention, unfold
 
 PROJECTIONS = ("query", "key", "value")
 
 
-class GlobalAttention2D(keras.layers.Layer):
+class GlobalAttention2D(ProjectionMixin, keras.layers.Layer):
     """Base of the attention layers of Gao et al.: linear transforms, heads, score BN, residual.
 
     Subclasses define ``_query_key_value(inputs) -> (Q, K, V)`` as (B, ·, C)
@@ -64,11 +65,9 @@ class GlobalAttention2D(keras.layers.Layer):
         self.normalize_scores = bool(normalize_scores)
         self.output_channels = output_channels
         self.residual_scale_init = residual_scale_init
-        self.use_bias = use_bias
+        self._store_projection_args(use_bias, kernel_initializer, kernel_regularizer)
         self.norm_momentum = norm_momentum
         self.norm_epsilon = norm_epsilon
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.data_format = standardize_data_format(data_format)
         self.score_norm = None
         if self.normalize_scores:
@@ -93,16 +92,10 @@ class GlobalAttention2D(keras.layers.Layer):
                 f"Received: output_channels={self.output_channels}, input channels={channels}"
             )
         self._channels, self._out_channels = channels, out_channels
-        self.kernels = {}
-        for name in self.projections:
-            fan_out = out_channels if name == "value" else channels
-            kernel = self.add_weight(
-                name=f"{name}_kernel", shape=(channels, fan_out),
-                initializer=self.kernel_initializer, regularizer=self.kernel_regularizer,
-            )
-            bias = (self.add_weight(name=f"{name}_bias", shape=(fan_out,), initializer="zeros")
-                    if self.use_bias else None)
-            self.kernels[name] = (kernel, bias)
+        self.kernels = {
+            name: self._projection(name, channels, out_channels if name == "value" else channels)
+            for name in self.projections
+        }
         if self.score_norm is not None:
             self.score_norm.build((None, self.num_heads, None, None))
         if self.residual_scale_init is not None:
@@ -112,11 +105,7 @@ class GlobalAttention2D(keras.layers.Layer):
             )
 
     def _project(self, name, x):
-        if name not in self.kernels:
-            return x
-        kernel, bias = self.kernels[name]
-        y = ops.matmul(x, kernel)
-        return y if bias is None else y + bias
+        return self._apply(x, self.kernels[name]) if name in self.kernels else x
 
     def call(self, inputs, training=None):
         query, key, value = self._query_key_value(inputs)
@@ -144,11 +133,9 @@ class GlobalAttention2D(keras.layers.Layer):
             "normalize_scores": self.normalize_scores,
             "output_channels": self.output_channels,
             "residual_scale_init": self.residual_scale_init,
-            "use_bias": self.use_bias,
+            **serialize_projection_config(self),
             "norm_momentum": self.norm_momentum,
             "norm_epsilon": self.norm_epsilon,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
             "data_format": self.data_format,
         })
         return config

@@ -453,6 +453,7 @@ class Hamburger(keras.layers.Layer):
             beta=self.beta,
             eps=self.eps,
             one_step_gradient=self.one_step_gradient,
+            relative_eps=self.relative_eps,
         )
         if training and self.init == "online":
             self._online_update(bases)

@@ -1,11 +1,11 @@
-"""A dilated ResNet (v1.5 bottlenecks) that computes what torchvision's computes, and its weights.
+"""A dilated ResNet (v1.5 bottlenecks) that computes what torchvision's computes.
 
 :func:`dilated_resnet` builds torchvision's ``resnet50`` / ``resnet101`` up to
 ``layer4`` (no average pooling, no classifier) with
 ``replace_stride_with_dilation=[False, True, True]`` (output stride 8) or
 ``[False, False, True]`` (16), DeepLab style, channels-last.
-:func:`load_torchvision_weights` fills it from a torchvision ImageNet
-checkpoint (``resnet50-11ad3fa6.pth``, ``resnet101-cd907fc2.pth``, ...), read
+:func:`kctx.convert.load_torchvision_resnet_weights` fills it from a torchvision
+ImageNet checkpoint (``resnet50-11ad3fa6.pth``, ``resnet101-cd907fc2.pth``, ...), read
 without PyTorch by :mod:`kctx.checkpoints`: the standard initialisation of
 DeepLab's and HamNet's backbones.
 
@@ -15,12 +15,14 @@ Equal computation, not only equal layout:
   side (an explicit ``ZeroPadding2D`` and a ``"valid"`` convolution), not with
   TensorFlow's ``"same"``, which pads one more at the bottom and right than at
   the top and left for even sizes. Stride-1 convolutions use ``"same"``, which
-  is symmetric there (d·(k − 1) in total for dilation d).
+  is symmetric there (d·(k − 1) in total for dilation d)
+  (:func:`kctx.layers.pytorch_style.padded_conv2d`).
 - The stem's max-pooling ignores its padding, as ``torch.nn.MaxPool2d(3, 2,
   padding=1)``, which pads with −∞ (:class:`PaddedMaxPooling2D`).
 - Dilations follow torchvision's ``_make_layer``: a dilated stage's first block
   keeps the previous dilation, its other blocks use the new one.
-- Batch normalisation with ε = 1e-5 (and momentum 0.1 in PyTorch's convention).
+- Batch normalisation with ε = 1e-5 (and momentum 0.1 in PyTorch's convention:
+  :func:`kctx.layers.pytorch_style.batch_norm`).
 
 Inputs are what torchvision's ImageNet models take: RGB in [0, 1] minus the
 ImageNet mean (0.485, 0.456, 0.406), divided by the std (0.229, 0.224, 0.225)
@@ -29,13 +31,12 @@ is a layer that does it for images in any value range.
 """
 
 import os
-import re
 
 import keras
-import numpy as np
 from keras import ops
 
-from kctx.ops.replicas import synchronized_batch_norm
+from kctx.convert.torchvision_resnet import load_torchvision_resnet_weights
+from kctx.layers.pytorch_style import batch_norm, padded_conv2d
 from kctx.validation import check_choice, check_positive_int
 
 # Bottleneck blocks per stage (layer1..layer4) for each depth: torchvision's ResNet-50 and
@@ -45,10 +46,6 @@ OUTPUT_STRIDES = (8, 16)
 BOTTLENECK_EXPANSION = 4
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-BATCH_NORM_EPSILON = 1e-5
-# Checkpoint tensors that have no counterpart in the backbone: the ImageNet classifier
-# (``fc.weight``, ``fc.bias``) and batch norm's step counters.
-SKIPPED_TORCH_KEYS = re.compile(r"^fc\.(weight|bias)$|\.num_batches_tracked$")
 
 
 @keras.saving.register_keras_serializable(package="kctx")
@@ -155,21 +152,10 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
     return keras.layers.Rescaling(scale, offset, name=name)
 
 
-def _norm(name, synchronized):
-    # PyTorch's momentum 0.1 (new = 0.9·old + 0.1·batch) is Keras' momentum 0.9.
-    return keras.layers.BatchNormalization(momentum=0.9, epsilon=BATCH_NORM_EPSILON,
-                                           synchronized=synchronized_batch_norm(synchronized),
-                                           name=name)
-
-
 def _conv(x, filters, kernel_size, strides, dilation, name):
     """A bias-free convolution padded as PyTorch's ``Conv2d(padding=dilation·(k − 1) / 2)``."""
-    padding = dilation * (kernel_size - 1) // 2
-    if strides > 1 and padding:  # "same" would pad asymmetrically for even sizes
-        x = keras.layers.ZeroPadding2D(padding, name=name.replace("_conv", "_pad"))(x)
-    return keras.layers.Conv2D(filters, kernel_size, strides=strides,
-                               padding="same" if strides == 1 else "valid",
-                               dilation_rate=dilation, use_bias=False, name=name)(x)
+    return padded_conv2d(x, filters, kernel_size, name, name.replace("_conv", "_pad"),
+                         strides=strides, dilation_rate=dilation, use_bias=False)
 
 
 def _bottleneck(x, filters, strides, dilation, name, synchronized):
@@ -178,13 +164,13 @@ def _bottleneck(x, filters, strides, dilation, name, synchronized):
     shortcut = x
     if strides > 1 or x.shape[-1] != out_channels:
         shortcut = _conv(x, out_channels, 1, strides, 1, f"{name}_shortcut_conv")
-        shortcut = _norm(f"{name}_shortcut_norm", synchronized)(shortcut)
+        shortcut = batch_norm(f"{name}_shortcut_norm", synchronized)(shortcut)
     y = _conv(x, filters, 1, 1, 1, f"{name}_1_conv")
-    y = keras.layers.ReLU(name=f"{name}_1_relu")(_norm(f"{name}_1_norm", synchronized)(y))
+    y = keras.layers.ReLU(name=f"{name}_1_relu")(batch_norm(f"{name}_1_norm", synchronized)(y))
     y = _conv(y, filters, 3, strides, dilation, f"{name}_2_conv")
-    y = keras.layers.ReLU(name=f"{name}_2_relu")(_norm(f"{name}_2_norm", synchronized)(y))
+    y = keras.layers.ReLU(name=f"{name}_2_relu")(batch_norm(f"{name}_2_norm", synchronized)(y))
     y = _conv(y, out_channels, 1, 1, 1, f"{name}_3_conv")
-    y = _norm(f"{name}_3_norm", synchronized)(y)
+    y = batch_norm(f"{name}_3_norm", synchronized)(y)
     y = keras.layers.Add(name=f"{name}_add")([shortcut, y])
     return keras.layers.ReLU(name=f"{name}_out")(y)
 
@@ -212,8 +198,8 @@ def dilated_resnet(depth=50, output_stride=8, weights=None, input_shape=(None, N
         weights: None (random initialisation), a torchvision checkpoint
             (``.pth`` / ``.pt``, e.g. torchvision's ImageNet
             ``resnet50-11ad3fa6.pth``, or a state dict already read, a mapping
-            of names to arrays; see :func:`load_torchvision_weights`) or a
-            Keras ``.weights.h5`` file of this model.
+            of names to arrays; see :func:`kctx.convert.load_torchvision_resnet_weights`)
+            or a Keras ``.weights.h5`` file of this model.
         input_shape: (H, W, 3) of the normalised images; H and W may be None.
         synchronized_batch_norm: all-reduce batch statistics across replicas.
         name: the model's name (default ``resnet{depth}_os{output_stride}``).
@@ -253,7 +239,7 @@ def dilated_resnet(depth=50, output_stride=8, weights=None, input_shape=(None, N
     blocks = RESNET_BLOCKS[depth]
     inputs = keras.Input(input_shape, name="images")
     x = _conv(inputs, width, 7, 2, 1, "stem_conv")
-    x = keras.layers.ReLU(name="stem_relu")(_norm("stem_norm", synchronized_batch_norm)(x))
+    x = keras.layers.ReLU(name="stem_relu")(batch_norm("stem_norm", synchronized_batch_norm)(x))
     x = PaddedMaxPooling2D(3, 2, 1, name="stem_pool")(x)
     stride, dilation = 4, 1
     for stage, count in enumerate(blocks, start=2):
@@ -269,172 +255,18 @@ def dilated_resnet(depth=50, output_stride=8, weights=None, input_shape=(None, N
                             synchronized_batch_norm)
     model = keras.Model(inputs, x, name=name or f"resnet{depth}_os{output_stride}")
     if weights is not None:
-        load_weights(model, weights)
+        _load_weights(model, weights)
     return model
 
 
-def load_weights(model, weights):
-    """Fill a :func:`dilated_resnet` from a torchvision checkpoint or a ``.weights.h5`` file.
-
-    Args:
-        model: a model built by :func:`dilated_resnet`.
-        weights: a path ending in ``.weights.h5`` (``model.load_weights``),
-            ``.pth`` or ``.pt`` (a torchvision state dict), or a mapping of
-            checkpoint names to arrays (:func:`load_torchvision_weights`).
-
-    Returns:
-        ``model``.
-    """
+def _load_weights(model, weights):
+    """``model.load_weights`` for a ``.weights.h5`` path, else a torchvision checkpoint."""
     if isinstance(weights, (str, os.PathLike)):
         path = os.fspath(weights)
         if path.endswith(".weights.h5"):
             model.load_weights(path)
-            return model
+            return
         if not path.endswith((".pth", ".pt")):
             raise ValueError("`weights` must be None, a torchvision checkpoint (.pth, .pt), a "
                              f"Keras .weights.h5 file or a state dict. Received: weights={path!r}")
-    load_torchvision_weights(model, weights)
-    return model
-
-
-_CONV = re.compile(r"^res(\d)_block(\d+)_(\d)_(conv|norm)$")
-_SHORTCUT = re.compile(r"^res(\d)_block(\d+)_shortcut_(conv|norm)$")
-_TORCH_BLOCK = re.compile(r"^layer(\d)\.(\d+)\.")
-
-
-def _torch_prefix(layer_name):
-    """torchvision's module name of one of :func:`dilated_resnet`'s layers (None: no weights)."""
-    if layer_name in ("stem_conv", "stem_norm"):
-        return {"stem_conv": "conv1", "stem_norm": "bn1"}[layer_name]
-    match = _CONV.match(layer_name)
-    if match:
-        stage, block, index, kind = match.groups()
-        return f"layer{int(stage) - 1}.{block}.{'conv' if kind == 'conv' else 'bn'}{index}"
-    match = _SHORTCUT.match(layer_name)
-    if match:
-        stage, block, kind = match.groups()
-        return f"layer{int(stage) - 1}.{block}.downsample.{0 if kind == 'conv' else 1}"
-    return None
-
-
-def _blocks_per_stage(names, pattern, stage_offset):
-    counts = {}
-    for name in names:
-        match = pattern.match(name)
-        if match:
-            stage, block = int(match.group(1)) + stage_offset, int(match.group(2))
-            counts[stage] = max(counts.get(stage, 0), block + 1)
-    return tuple(counts.get(stage, 0) for stage in range(1, 5))
-
-
-def _depth_name(blocks):
-    return f"ResNet-{3 * sum(blocks) + 2}"
-
-
-def torchvision_weight_map(model):
-    """Where each weight of a :func:`dilated_resnet` comes from in a torchvision state dict.
-
-    Args:
-        model: a model built by :func:`dilated_resnet`.
-
-    Returns:
-        A dict from checkpoint names (``"conv1.weight"``,
-        ``"layer3.5.bn2.running_var"``, ...) to the model's variables.
-        Conv kernels are ``.weight`` (OIHW there, HWIO here); batch norm's
-        γ, β, moving mean and moving variance are ``.weight``, ``.bias``,
-        ``.running_mean`` and ``.running_var``.
-
-    Raises:
-        ValueError: a layer with weights that torchvision's ResNet has no
-            counterpart of (names listed).
-    """
-    mapping, unknown = {}, []
-    for layer in model.layers:
-        if not layer.weights:
-            continue
-        prefix = _torch_prefix(layer.name)
-        if prefix is None:
-            unknown.append(layer.name)
-        elif isinstance(layer, keras.layers.Conv2D) and not layer.use_bias:
-            mapping[f"{prefix}.weight"] = layer.kernel
-        elif isinstance(layer, keras.layers.BatchNormalization) and layer.scale and layer.center:
-            mapping.update({f"{prefix}.weight": layer.gamma, f"{prefix}.bias": layer.beta,
-                            f"{prefix}.running_mean": layer.moving_mean,
-                            f"{prefix}.running_var": layer.moving_variance})
-        else:
-            unknown.append(layer.name)
-    if unknown:
-        raise ValueError(f"Layers with no torchvision ResNet counterpart: {unknown}")
-    return mapping
-
-
-def load_torchvision_weights(model, checkpoint):
-    """Copy a torchvision ResNet state dict into a :func:`dilated_resnet`, checking every name.
-
-    Conv kernels are transposed from OIHW to HWIO; batch norm's ``weight``,
-    ``bias``, ``running_mean`` and ``running_var`` become γ, β, the moving mean
-    and the moving variance. ``fc.weight`` and ``fc.bias`` (the ImageNet
-    classifier, which the backbone does not have) and the ``num_batches_tracked``
-    counters are skipped. Nothing is assigned unless everything matches.
-
-    Args:
-        model: a model built by :func:`dilated_resnet` (any output stride:
-            dilation changes no weight).
-        checkpoint: a torchvision ``.pth`` path (read without PyTorch by
-            :func:`kctx.checkpoints.torch_state_dict`) or a state dict
-            (a mapping of names to arrays).
-
-    Returns:
-        ``{"loaded": [...], "skipped": [...]}``: the checkpoint's names that
-        were copied and those skipped, in the checkpoint's order.
-
-    Raises:
-        ValueError: the checkpoint's blocks per stage are not the model's
-            (e.g. ResNet-50 weights for a ResNet-101); or, listing the names,
-            checkpoint tensors left unused, model weights left unfilled, or
-            shapes that differ.
-
-    Example::
-
-        model = dilated_resnet(50, 8)
-        load_torchvision_weights(model, "resnet50-11ad3fa6.pth")
-    """
-    from kctx.checkpoints import torch_state_dict
-
-    state = torch_state_dict(checkpoint)
-    mapping = torchvision_weight_map(model)
-    expected_blocks = _blocks_per_stage((layer.name for layer in model.layers), _CONV, -1)
-    found_blocks = _blocks_per_stage(state, _TORCH_BLOCK, 0)
-    if any(found_blocks) and found_blocks != expected_blocks:
-        raise ValueError(
-            f"The checkpoint is a {_depth_name(found_blocks)} (blocks per stage {found_blocks}) "
-            f"but the model {model.name!r} is a {_depth_name(expected_blocks)} (blocks per "
-            f"stage {expected_blocks}): build the model with the checkpoint's depth.")
-    skipped = [key for key in state if SKIPPED_TORCH_KEYS.search(key)]
-    unused = [key for key in state if key not in mapping and key not in skipped]
-    missing = [key for key in mapping if key not in state]
-    values, mismatched = {}, []
-    for key, variable in mapping.items():
-        if key not in state:
-            continue
-        value = np.asarray(state[key])
-        if value.ndim == 4:  # OIHW -> HWIO
-            value = value.transpose(2, 3, 1, 0)
-        if tuple(value.shape) != tuple(variable.shape):
-            mismatched.append(f"{key}: checkpoint {tuple(np.shape(state[key]))} -> "
-                              f"{tuple(value.shape)}, model {tuple(variable.shape)} "
-                              f"({variable.path})")
-        values[key] = value
-    problems = []
-    if unused:
-        problems.append(f"checkpoint tensors not used by the model: {unused}")
-    if missing:
-        problems.append(f"model weights missing from the checkpoint: {missing}")
-    if mismatched:
-        problems.append(f"shapes that differ: {mismatched}")
-    if problems:
-        raise ValueError(f"Cannot load the torchvision checkpoint into {model.name!r}: "
-                         + "; ".join(problems))
-    for key, variable in mapping.items():
-        variable.assign(np.ascontiguousarray(values[key], dtype=variable.dtype))
-    return {"loaded": [key for key in state if key in mapping], "skipped": skipped}
+    load_torchvision_resnet_weights(model, weights)

@@ -11,24 +11,23 @@ Both follow mmsegmentation 1.2.2 (``mmseg/models/backbones/mscan.py``,
 ``decode_heads/ham_head.py``, the ``segnext_mscan-{t,s,b,l}`` ADE20K configs) and the
 original repository (Visual-Attention-Network/SegNeXt) layer for layer; the Keras
 layers carry the official module paths as names (``block1.0.attn.proj_1``,
-``decode_head.hamburger``), so :func:`load_segnext_weights` maps a checkpoint onto them
-one to one. ``tools/segnext_fixtures.py`` runs the official code to write the fixtures
-the tests compare against.
+``decode_head.hamburger``), so :func:`kctx.convert.load_segnext_weights` maps a
+checkpoint onto them one to one. ``tools/segnext_fixtures.py`` runs the official code to
+write the fixtures the tests compare against.
 """
-
-import os
 
 import keras
 import numpy as np
 from keras import ops
 
-from kctx.convert.porting import CheckpointMismatchError, mismatch_error
+from kctx.convert.segnext import checkpoint_layout, load_segnext_weights, read_checkpoint
 from kctx.layers.context_block import context_block
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
+from kctx.layers.layer_scale import LAYER_SCALE_INIT, LayerScale
+from kctx.layers.pytorch_style import NORM_EPSILON, batch_norm, padded_conv2d
 from kctx.layers.resize import ResizeToMatch
 from kctx.models.resnet import torchvision_normalization
 from kctx.ops.gelu import gelu
-from kctx.ops.replicas import synchronized_batch_norm
 from kctx.ops.resize import resize_bilinear
 from kctx.validation import check_choice, check_positive_int
 
@@ -56,49 +55,6 @@ SIZE_DIVISOR = 32
 # MSCA: a 5×5 depthwise conv, then branches of 1×k and k×1 depthwise strip convs.
 ATTENTION_KERNEL = 5
 STRIP_KERNELS = (7, 11, 21)
-NORM_EPSILON = 1e-5  # PyTorch's BatchNorm / GroupNorm / LayerNorm default
-NORM_MOMENTUM = 0.9  # PyTorch's momentum 0.1
-LAYER_SCALE_INIT = 1e-2
-
-
-@keras.saving.register_keras_serializable(package="kctx")
-class LayerScale(keras.layers.Layer):
-    """y = γ ⊙ x with a learnable per-channel γ (Touvron et al., CaiT, 2021, Eq. 4).
-
-    MSCAN scales each block's attention and MLP branches this way, γ initialised to
-    1e-2, before the residual sum.
-
-    Args:
-        init_value: the initial value of every γ_c.
-        **kwargs: base layer arguments.
-
-    Call arguments:
-        inputs: (..., C).
-
-    Examples:
-        >>> keras.ops.convert_to_numpy(LayerScale(0.5)(keras.ops.ones((1, 2, 2, 3))))[0, 0, 0]
-        array([0.5, 0.5, 0.5], dtype=float32)
-
-    Reference:
-        Touvron et al., "Going deeper with Image Transformers", ICCV 2021.
-    """
-
-    def __init__(self, init_value=LAYER_SCALE_INIT, **kwargs):
-        super().__init__(**kwargs)
-        self.init_value = float(init_value)
-
-    def build(self, input_shape):
-        self.scale = self.add_weight(name="scale", shape=(input_shape[-1],),
-                                     initializer=keras.initializers.Constant(self.init_value))
-
-    def call(self, inputs):
-        return inputs * ops.cast(self.scale, inputs.dtype)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-    def get_config(self):
-        return {**super().get_config(), "init_value": self.init_value}
 
 
 def _padded(size, divisor):
@@ -197,17 +153,10 @@ class UpsampleLogits(keras.layers.Layer):
         return {**super().get_config(), "size_divisor": self.size_divisor}
 
 
-def _padded_conv(x, filters, kernel_size, strides, name):
-    """A conv with PyTorch's symmetric zero padding k // 2 (TensorFlow's "same" pads a
+def _patch_embedding(x, filters, name):
+    """A 3×3/2 conv with PyTorch's symmetric zero padding 1 (TensorFlow's "same" pads a
     stride-2 conv of an even size at the bottom / right only)."""
-    x = keras.layers.ZeroPadding2D(kernel_size // 2, name=f"{name}.pad")(x)
-    return keras.layers.Conv2D(filters, kernel_size, strides=strides, name=name)(x)
-
-
-def _batch_norm(name, synchronized):
-    return keras.layers.BatchNormalization(momentum=NORM_MOMENTUM, epsilon=NORM_EPSILON,
-                                           synchronized=synchronized_batch_norm(synchronized),
-                                           name=name)
+    return padded_conv2d(x, filters, 3, name, f"{name}.pad", strides=2)
 
 
 def _gelu(name):
@@ -233,7 +182,7 @@ def _msca(x, name):
 
 
 def _branch(x, residual, scale_name, drop_path, name):
-    x = LayerScale(name=scale_name)(x)
+    x = LayerScale(LAYER_SCALE_INIT, name=scale_name)(x)
     if drop_path > 0:  # stochastic depth: whole samples dropped, the rest scaled by 1/(1-p)
         x = keras.layers.Dropout(drop_path, noise_shape=(None, 1, 1, 1),
                                  name=f"{name}.drop_path")(x)
@@ -243,14 +192,14 @@ def _branch(x, residual, scale_name, drop_path, name):
 def _mscan_block(x, mlp_ratio, drop_rate, drop_path, name, synchronized):
     """x + γ₁·SpatialAttention(BN(x)), then x + γ₂·MLP(BN(x)) (MSCAN, Fig. 2 (a))."""
     channels = x.shape[-1]
-    h = _batch_norm(f"{name}.norm1", synchronized)(x)
+    h = batch_norm(f"{name}.norm1", synchronized)(x)
     a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_1")(h)
     a = _gelu(f"{name}.attn.activation")(a)
     a = _msca(a, f"{name}.attn.spatial_gating_unit")
     a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_2")(a)
     a = keras.layers.Add(name=f"{name}.attn.shortcut")([a, h])  # its own input: BN(x)
     x = _branch(a, x, f"{name}.layer_scale_1", drop_path, f"{name}.attn")
-    h = _batch_norm(f"{name}.norm2", synchronized)(x)
+    h = batch_norm(f"{name}.norm2", synchronized)(x)
     hidden = int(channels * mlp_ratio)
     m = keras.layers.Conv2D(hidden, 1, name=f"{name}.mlp.fc1")(h)
     m = _depthwise(m, 3, f"{name}.mlp.dwconv")
@@ -309,7 +258,8 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
             (``.pth``: the mmseg ``mscan_{t,s,b,l}_20230227`` files or the original
             repository's, read without PyTorch by :func:`kctx.checkpoints.read_torch`;
             their ImageNet classifier ``head.*`` is skipped), a SegNeXt checkpoint (its
-            backbone), or a Keras ``.weights.h5``. See :func:`load_segnext_weights`.
+            backbone), or a Keras ``.weights.h5``. See
+            :func:`kctx.convert.load_segnext_weights`.
         input_shape: (H, W, 3) of the ImageNet-normalised input; H and W may be None.
         embed_dims: channels per stage; overrides the variant's.
         depths: blocks per stage; overrides the variant's.
@@ -338,17 +288,17 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
                                                             "mlp_ratios"))
     rates = np.linspace(0.0, settings["drop_path_rate"], sum(depths)).tolist()
     inputs = keras.Input(input_shape, name="images")
-    x = _padded_conv(inputs, embed_dims[0] // 2, 3, 2, "patch_embed1.proj.0")
-    x = _batch_norm("patch_embed1.proj.1", synchronized_batch_norm)(x)
+    x = _patch_embedding(inputs, embed_dims[0] // 2, "patch_embed1.proj.0")
+    x = batch_norm("patch_embed1.proj.1", synchronized_batch_norm)(x)
     x = _gelu("patch_embed1.proj.2")(x)
-    x = _padded_conv(x, embed_dims[0], 3, 2, "patch_embed1.proj.3")
-    x = _batch_norm("patch_embed1.proj.4", synchronized_batch_norm)(x)
+    x = _patch_embedding(x, embed_dims[0], "patch_embed1.proj.3")
+    x = batch_norm("patch_embed1.proj.4", synchronized_batch_norm)(x)
     stages, block = [], 0
     for stage, (channels, depth, mlp_ratio) in enumerate(zip(embed_dims, depths, mlp_ratios),
                                                          start=1):
         if stage > 1:
-            x = _padded_conv(x, channels, 3, 2, f"patch_embed{stage}.proj")
-            x = _batch_norm(f"patch_embed{stage}.norm", synchronized_batch_norm)(x)
+            x = _patch_embedding(x, channels, f"patch_embed{stage}.proj")
+            x = batch_norm(f"patch_embed{stage}.norm", synchronized_batch_norm)(x)
         for index in range(depth):
             x = _mscan_block(x, mlp_ratio, drop_rate, rates[block], f"block{stage}.{index}",
                              synchronized_batch_norm)
@@ -357,7 +307,7 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
         stages.append(x)
     model = keras.Model(inputs, stages, name=name or f"mscan_{variant or 'custom'}")
     if weights is not None:
-        load_segnext_weights(model, weights)
+        load_segnext_weights(model, weights, variants=MSCAN_VARIANTS)
     return model
 
 
@@ -434,7 +384,7 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
             ``ham_channels``.
         num_classes: 150 for ADE20K, 19 for Cityscapes.
         weights: ``None``, a checkpoint or a ``.weights.h5`` (see
-            :func:`load_segnext_weights`): an mmseg SegNeXt checkpoint (ADE20K,
+            :func:`kctx.convert.load_segnext_weights`): an mmseg SegNeXt checkpoint (ADE20K,
             Cityscapes), the original repository's layout (``.mlp.dwconv.dwconv.*``),
             an MSCAN ImageNet checkpoint (the backbone only; the head keeps its
             initialisation). PyTorch is not needed and nothing pickled is executed.
@@ -478,8 +428,8 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
         check_choice("variant", variant, tuple(MSCAN_VARIANTS))
     channels = channels or HEAD_CHANNELS[variant]
     ham_channels = ham_channels or HEAD_CHANNELS[variant]
-    if weights is not None and not _is_keras_weights(weights):
-        weights = _read_state(weights)  # once: the layout may choose r
+    if weights is not None:
+        weights = read_checkpoint(weights)  # once: the layout may choose r
     if rank is None:
         rank = RANK
         if variant is not None and isinstance(weights, dict) and \
@@ -497,217 +447,6 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
     logits = UpsampleLogits(size_divisor, name="upsample", dtype="float32")([logits, inputs])
     model = keras.Model(inputs, logits, name=name or f"segnext_{variant or 'custom'}")
     if weights is not None:
-        load_segnext_weights(model, weights)
+        load_segnext_weights(model, weights, variants=MSCAN_VARIANTS)
     return model
-
-
-# ---------------------------------------------------------------------------
-# Official checkpoints.
-# ---------------------------------------------------------------------------
-
-# The original repository wraps the MLP's depthwise conv in a module (DWConv); mmseg 1.x
-# (PR #2653) does not. The only key difference between the two layouts.
-_ORIGINAL_DWCONV, _MMSEG_DWCONV = ".mlp.dwconv.dwconv.", ".mlp.dwconv."
-# Buffers a Keras model has no counterpart for, and an ImageNet checkpoint's classifier.
-_SKIPPED_SUFFIXES = (".num_batches_tracked",)
-_IMAGENET_CLASSIFIER = ("head.weight", "head.bias")
-_NORMS = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean",
-          "running_var": "moving_variance"}
-
-
-def _read_state(weights):
-    from kctx.checkpoints import torch_state_dict
-
-    if isinstance(weights, dict):
-        return weights
-    return torch_state_dict(weights)
-
-
-def checkpoint_layout(state):
-    """``"original"`` for the SegNeXt repository's key layout (``.mlp.dwconv.dwconv.``),
-    ``"mmseg"`` otherwise."""
-    return "original" if any(_ORIGINAL_DWCONV in key for key in state) else "mmseg"
-
-
-def _weight_targets(model):
-    """{official key (no ``backbone.`` prefix for backbone layers): (variable, transform)}
-    for every weight of a :func:`segnext` or :func:`mscan` model."""
-    targets = {}
-
-    def add(key, variable, transform=None):
-        targets[key] = (variable, transform)
-
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        name = layer.name
-        if isinstance(layer, keras.Model):
-            continue
-        if isinstance(layer, Hamburger):
-            add(f"{name}.ham_in.conv.weight", layer.lower_bread_kernel, _conv1x1_matrix)
-            add(f"{name}.ham_in.conv.bias", layer.lower_bread_bias)
-            add(f"{name}.ham_out.conv.weight", layer.upper_bread_kernel, _conv1x1_matrix)
-            add(f"{name}.ham_out.gn.weight", layer.norm.gamma)
-            add(f"{name}.ham_out.gn.bias", layer.norm.beta)
-        elif isinstance(layer, keras.layers.DepthwiseConv2D):
-            add(f"{name}.weight", layer.kernel, _depthwise_kernel)
-            add(f"{name}.bias", layer.bias)
-        elif isinstance(layer, keras.layers.Conv2D):
-            add(f"{name}.weight", layer.kernel, _conv_kernel)
-            if layer.use_bias:
-                add(f"{name}.bias", layer.bias)
-        elif isinstance(layer, keras.layers.BatchNormalization):
-            for torch_name, keras_name in _NORMS.items():
-                add(f"{name}.{torch_name}", getattr(layer, keras_name))
-        elif isinstance(layer, (keras.layers.GroupNormalization,
-                                keras.layers.LayerNormalization)):
-            add(f"{name}.weight", layer.gamma)
-            add(f"{name}.bias", layer.beta)
-        elif isinstance(layer, LayerScale):
-            add(name, layer.scale)
-        elif layer.weights:
-            raise ValueError(f"Layer {name!r} ({type(layer).__name__}) has weights that no "
-                             "official checkpoint key maps to.")
-    return targets
-
-
-def _conv_kernel(weight):
-    return np.transpose(weight, (2, 3, 1, 0))  # OIHW → HWIO
-
-
-def _depthwise_kernel(weight):
-    return np.transpose(weight, (2, 3, 0, 1))  # (C, 1, kh, kw) → (kh, kw, C, 1)
-
-
-def _conv1x1_matrix(weight):
-    return np.transpose(weight[:, :, 0, 0])  # (out, in, 1, 1) → (in, out)
-
-
-def _infer_variant(state):
-    """The official variant whose shapes the backbone of ``state`` has, or None."""
-    dims = []
-    for stage in range(1, 5):
-        key = f"norm{stage}.weight"
-        if key not in state:
-            return None
-        dims.append(int(np.shape(state[key])[0]))
-    depths = tuple(len({key.split(".")[1] for key in state if key.startswith(f"block{stage}.")})
-                   for stage in range(1, 5))
-    for name, settings in MSCAN_VARIANTS.items():
-        if tuple(settings["embed_dims"]) == tuple(dims) and tuple(settings["depths"]) == depths:
-            return name
-    return None
-
-
-def load_segnext_weights(model, weights, assign=True):
-    """Fill a :func:`segnext` or :func:`mscan` model from a checkpoint.
-
-    ``weights`` is a Keras ``.weights.h5`` file, a PyTorch ``.pth`` file or an already
-    read state dict ({name: array}). ``.pth`` files are read by
-    :func:`kctx.checkpoints.torch_state_dict` (no PyTorch, no pickled code executed)
-    and may be:
-
-    * an mmsegmentation SegNeXt checkpoint (``backbone.*`` and ``decode_head.*``; ADE20K,
-      Cityscapes or any number of classes matching the model's);
-    * the original SegNeXt repository's (same, with ``.mlp.dwconv.dwconv.*``);
-    * an MSCAN ImageNet checkpoint, or any checkpoint of the backbone alone, with or
-      without the ``backbone.`` prefix: only the backbone is filled, the head keeps its
-      initialisation; an ImageNet classifier (``head.weight``, ``head.bias``) is skipped.
-
-    Every tensor must find its Keras weight and every Keras weight of the part loaded
-    its tensor, with the same shape (BatchNorm's ``num_batches_tracked`` has no Keras
-    counterpart and is skipped); otherwise :class:`CheckpointMismatchError` lists the
-    names and nothing is assigned.
-
-    Args:
-        model: a model built by :func:`segnext` or :func:`mscan`.
-        weights: the file or state dict.
-        assign: ``False`` checks that the checkpoint fits without assigning anything.
-
-    Returns:
-        A dict: ``layout`` (``"mmseg"`` / ``"original"`` / ``"keras"``), ``part``
-        (``"segmentor"`` / ``"backbone"`` / ``"keras"``), ``loaded`` (the number of
-        tensors) and ``skipped`` (the checkpoint keys deliberately left unused).
-
-    Raises:
-        CheckpointMismatchError: the checkpoint does not fit the model.
-        kctx.checkpoints.UnsafeCheckpointError: the file's pickle names a global
-            outside the allow-list (e.g. one that would run code).
-    """
-    if _is_keras_weights(weights):
-        model.load_weights(weights)
-        return {"layout": "keras", "part": "keras", "loaded": len(model.weights),
-                "skipped": []}
-    state = _read_state(weights)
-    layout = checkpoint_layout(state)
-    if layout == "original" and any(_MMSEG_DWCONV + "weight" in key for key in state):
-        raise CheckpointMismatchError("The checkpoint mixes the original (.mlp.dwconv.dwconv.) "
-                                      "and the mmseg (.mlp.dwconv.) key layouts.")
-    state = {key.replace(_ORIGINAL_DWCONV, _MMSEG_DWCONV): value
-             for key, value in state.items()}
-    backbone = _backbone_of(model)
-    # Keys as the official checkpoints of what ``model`` is name them: "backbone.*" for
-    # the backbone in segnext(), no prefix in mscan(). A checkpoint of the backbone alone
-    # may come with or without the prefix.
-    prefix = "" if backbone is model else "backbone."
-    prefixed = any(key.startswith("backbone.") for key in state)
-
-    def official(key):
-        if key.startswith("decode_head."):
-            return key
-        if prefixed:
-            return prefix + key[len("backbone."):] if key.startswith("backbone.") else key
-        return prefix + key
-
-    wanted = {official(key): value for key, value in state.items()}
-    in_file = {official(key): key for key in state}  # for messages: the file's own names
-    skipped = [key for key in wanted if key.endswith(_SKIPPED_SUFFIXES)]
-    if not prefixed:  # an ImageNet checkpoint's classifier
-        skipped += [prefix + key for key in _IMAGENET_CLASSIFIER if prefix + key in wanted]
-    targets = {prefix + key: value for key, value in _weight_targets(backbone).items()}
-    head = any(key.startswith("decode_head.") for key in wanted)
-    part = "segmentor" if head else "backbone"
-    if backbone is model:  # mscan(): a segmentor's head is not part of it
-        skipped += sorted(key for key in wanted if key.startswith("decode_head."))
-    elif head:
-        targets.update({key: value for key, value in _weight_targets(model).items()
-                        if key.startswith("decode_head.")})
-    skipped_set = set(skipped)
-    backbone_state = {key[len(prefix):]: value for key, value in wanted.items()
-                      if key.startswith(prefix) and not key.startswith("decode_head.")}
-    wanted = {key: value for key, value in wanted.items() if key not in skipped_set}
-    unused = sorted(set(wanted) - set(targets))
-    unfilled = sorted(set(targets) - set(wanted))
-    mismatched, values = [], {}
-    for key in sorted(set(wanted) & set(targets)):
-        variable, transform = targets[key]
-        value = np.asarray(wanted[key])
-        value = transform(value) if transform is not None else value
-        if tuple(value.shape) != tuple(variable.shape):
-            converted = "" if transform is None else f" as {tuple(value.shape)}"
-            mismatched.append(f"{key}: checkpoint {tuple(np.shape(wanted[key]))}{converted}, "
-                              f"model {tuple(variable.shape)}")
-        values[key] = value
-    if unused or unfilled or mismatched:
-        found = _infer_variant(backbone_state)
-        hint = (f" The checkpoint's backbone is MSCAN-{found.upper()}: build the model "
-                f"with variant={found!r}." if found else "")
-        raise mismatch_error(model.name, f"{part} weights, {layout} layout", mismatched,
-                             [in_file[key] for key in unused], unfilled, hint)
-    for key, value in values.items() if assign else ():
-        variable = targets[key][0]
-        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
-    return {"layout": layout, "part": part, "loaded": len(values),
-            "skipped": sorted(in_file[key] for key in skipped)}
-
-
-def _is_keras_weights(weights):
-    return isinstance(weights, (str, os.PathLike)) and os.fspath(weights).endswith(".h5")
-
-
-def _backbone_of(model):
-    """The :func:`mscan` sub-model of a :func:`segnext` model (the model itself for an
-    :func:`mscan` model)."""
-    try:
-        return model.get_layer("backbone")
-    except ValueError:
-        return model
 

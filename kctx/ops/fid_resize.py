@@ -20,6 +20,15 @@ The sampling positions and weights are computed in NumPy exactly as the referenc
 computes them (float32 for the bilinear ones, float64 for Pillow's); the images are
 then gathered and blended, or multiplied by the (out, in) weight matrices, in
 ``keras.ops``.
+
+Examples:
+    The two bilinear conventions on one row of 4 pixels upsampled to 8:
+
+    >>> x = np.arange(4, dtype="float32").reshape(1, 1, 4, 1)
+    >>> keras.ops.convert_to_numpy(resize_bilinear_tf1(x, (1, 8)))[0, 0, :, 0].tolist()
+    [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.0]
+    >>> keras.ops.convert_to_numpy(resize_bilinear_torch(x, (1, 8)))[0, 0, :, 0].tolist()
+    [0.0, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.0]
 """
 
 
@@ -75,38 +84,43 @@ def _resize_separable(x, size, positions, form):
     return _blend_axis(x, 1, *positions(x.shape[1], size[0]), form)
 
 
-def resize_bilinear_tf1(x, size):
-    """TensorFlow 1's ``resize_bilinear(align_corners=False)`` (the FID graph's resize).
-
-    Args:
+# The Args and Returns of every resize here (one contract: images in, images out).
+_RESIZE_ARGS = """Args:
         x: (B, H, W, C) float images.
         size: (H', W') output size.
 
     Returns:
-        (B, H', W', C) in the dtype of ``x``.
+        (B, H', W', C) in the dtype of ``x``."""
 
-    Examples:
-        >>> x = np.arange(4, dtype="float32").reshape(1, 1, 4, 1)
-        >>> keras.ops.convert_to_numpy(resize_bilinear_tf1(x, (1, 8)))[0, 0, :, 0].tolist()
-        [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.0]
+
+def _with_resize_args(resize):
+    """``resize`` with :data:`_RESIZE_ARGS` in its docstring, in place of ``{resize_args}``.
+
+    Args:
+        resize: a resize function of this module.
+
+    Returns:
+        ``resize`` itself.
+    """
+    if resize.__doc__ is not None:  # None under ``python -OO``
+        resize.__doc__ = resize.__doc__.replace("{resize_args}", _RESIZE_ARGS)
+    return resize
+
+
+@_with_resize_args
+def resize_bilinear_tf1(x, size):
+    """TensorFlow 1's ``resize_bilinear(align_corners=False)`` (the FID graph's resize).
+
+    {resize_args}
     """
     return _resize_separable(x, size, _tf1_positions, "lerp")
 
 
+@_with_resize_args
 def resize_bilinear_torch(x, size):
     """PyTorch's ``F.interpolate(mode="bilinear", align_corners=False)`` (pytorch-fid).
 
-    Args:
-        x: (B, H, W, C) float images.
-        size: (H', W') output size.
-
-    Returns:
-        (B, H', W', C) in the dtype of ``x``.
-
-    Examples:
-        >>> x = np.arange(4, dtype="float32").reshape(1, 1, 4, 1)
-        >>> keras.ops.convert_to_numpy(resize_bilinear_torch(x, (1, 8)))[0, 0, :, 0].tolist()
-        [0.0, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.0]
+    {resize_args}
     """
     return _resize_separable(x, size, _torch_positions, "weights")
 
@@ -140,18 +154,14 @@ def pil_bicubic_matrix(in_size, out_size):
     return matrix
 
 
+@_with_resize_args
 def resize_bicubic_pil(x, size):
     """Pillow's antialiased bicubic resize of float images (clean-fid's "clean" resize).
 
     Columns first, then rows, as Pillow resamples; no clipping (clean-fid clips the
     result to [0, 255] afterwards).
 
-    Args:
-        x: (B, H, W, C) float images.
-        size: (H', W') output size.
-
-    Returns:
-        (B, H', W', C) in the dtype of ``x``.
+    {resize_args}
 
     Examples:
         >>> x = np.full((1, 5, 7, 3), 9.0, "float32")  # a constant stays constant

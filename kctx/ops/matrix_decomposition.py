@@ -250,21 +250,12 @@ def decompose(
     return _cd(x, bases, steps, temperature, beta, one_step_gradient)
 
 
-def matrix_decomposition(
-    x,
-    bases,
-    method="nmf",
-    steps=6,
-    temperature=1.0,
-    beta=0.1,
-    eps=1e-6,
-    one_step_gradient=True,
-    relative_eps=True,
-):
+def matrix_decomposition(x, bases, **options):
     """Low-rank reconstruction X̄ = D·C of ``x`` by a matrix decomposition.
 
     The "ham" M of Hamburger (Eq. 7): ``M(X) = X̄ = DC``, in kctx's
-    channels-last orientation ``x ≈ codes @ bases^T``.
+    channels-last orientation ``x ≈ codes @ bases^T``, from the factors of
+    :func:`decompose`.
 
     * ``"nmf"`` — non-negative matrix factorisation with multiplicative
       updates (Alg. 2, Eq. 9), as in the official code: C₀ = softmax(x·D₀ / T),
@@ -285,14 +276,12 @@ def matrix_decomposition(
     Args:
         x: float tensor (B, N, d).
         bases: initial dictionary D₀, float tensor (B, d, r).
-        method: ``"nmf"``, ``"vq"`` or ``"cd"``.
-        steps: K, number of iterations (≥ 1).
-        temperature: softmax temperature T.
-        beta: ridge β of the CD closed form.
-        eps: guard of the multiplicative updates.
-        one_step_gradient: use the one-step gradient instead of BPTT.
-        relative_eps: NMF's ``eps`` relative to max|x| (default) or absolute
-            (the official code); see :func:`decompose`.
+        **options: the keyword arguments of :func:`decompose`, with its
+            defaults: ``method`` (``"nmf"``, ``"vq"`` or ``"cd"``), ``steps``
+            (K ≥ 1), ``temperature`` (T), ``beta`` (the CD ridge β), ``eps``
+            (the guard of the updates), ``one_step_gradient`` and
+            ``relative_eps`` (NMF's ``eps`` relative to max|x|, or absolute as
+            the official code).
 
     Returns:
         The reconstruction, a tensor of shape (B, N, d).
@@ -303,17 +292,7 @@ def matrix_decomposition(
         >>> tuple(matrix_decomposition(x, d0, method="nmf", steps=6).shape)
         (2, 64, 16)
     """
-    bases, codes = decompose(
-        x,
-        bases,
-        method=method,
-        steps=steps,
-        temperature=temperature,
-        beta=beta,
-        eps=eps,
-        one_step_gradient=one_step_gradient,
-        relative_eps=relative_eps,
-    )
+    bases, codes = decompose(x, bases, **options)
     return ops.einsum("bnr,bdr->bnd", codes, bases)
 
 

@@ -99,8 +99,11 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
         calibration_examples: inputs (batch size 1) that calibrate ``int8``.
         evaluate: also score the artifact and the Keras model with the workflow's
             evaluation, when it has one for exports (``workflow.export_evaluation``).
-        checkpoint, data_dir, manual_dir, download: as for
+        checkpoint: ``"latest"`` or a checkpoint path (default: the saved model), as for
             :func:`kctx.training.evaluate_run`.
+        data_dir: where the data is (default: the run's).
+        manual_dir: TFDS's manual download directory.
+        download: prepare a missing TFDS dataset.
         log: called with each line of the report.
 
     Returns:
