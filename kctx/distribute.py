@@ -45,7 +45,7 @@ def _cluster_spec():
     return cluster if tasks > 1 else None
 
 
-def get_strategy(tpu=None, devices=None, log=print):
+def get_strategy(tpu=None, devices=None):
     """The tf.distribute strategy to train under.
 
     Args:
@@ -53,7 +53,6 @@ def get_strategy(tpu=None, devices=None, log=print):
             TPU VM); ``None`` to use ``TF_CONFIG`` / GPUs / CPU.
         devices: explicit device names for a MirroredStrategy (e.g. two logical
             CPUs, see ``kctx.testing.configure_logical_cpus``).
-        log: called with one line naming the strategy and replica count.
 
     With ``TF_CONFIG`` naming several workers (``{"cluster": {"worker":
     ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": i}}``,
@@ -86,13 +85,6 @@ def get_strategy(tpu=None, devices=None, log=print):
         strategy = tf.distribute.MirroredStrategy()
     else:
         strategy = tf.distribute.get_strategy()
-    if log:
-        workers = _worker_count(strategy)
-        log(
-            f"distribution: {type(strategy).__name__} with "
-            f"{strategy.num_replicas_in_sync} replica(s)"
-            + (f" on {workers} workers (this is task {_task(strategy)})" if workers > 1 else "")
-        )
     return strategy
 
 
@@ -548,7 +540,7 @@ def get_distribution(tpu=None, devices=None, strategy=None, log=print):
     if strategy is not None:
         distribution = as_distribution(strategy)
     elif backend == "tensorflow":
-        distribution = StrategyDistribution(get_strategy(tpu, devices, log=None))
+        distribution = StrategyDistribution(get_strategy(tpu, devices))
     elif backend == "jax":
         if tpu:
             raise ValueError(

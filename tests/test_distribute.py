@@ -1,28 +1,28 @@
 import pytest
 import tensorflow as tf
 
-from kctx.distribute import get_strategy, is_chief, worker_index
+from kctx.distribute import StrategyDistribution, get_strategy, is_chief, worker_index
 from kctx.ops import cross_replica_mean
 from kctx.testing import mirrored_strategy
 
 
-def test_default_strategy_on_cpu_logs_it():
-    lines = []
-    strategy = get_strategy(log=lines.append)
+def test_default_strategy_on_cpu_is_described():
+    strategy = get_strategy()
     assert strategy.num_replicas_in_sync == 1
-    assert lines and "replica" in lines[0] and type(strategy).__name__ in lines[0]
+    line = StrategyDistribution(strategy).describe()
+    assert line == f"distribution: {type(strategy).__name__} with 1 replica(s)"
 
 
 def test_explicit_devices_give_mirrored_strategy():
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
-    strategy = get_strategy(devices=devices, log=None)
+    strategy = get_strategy(devices=devices)
     assert isinstance(strategy, tf.distribute.MirroredStrategy)
     assert strategy.num_replicas_in_sync == 2
 
 
 def test_unreachable_tpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match="Could not reach TPU 'no-such-tpu'"):
-        get_strategy(tpu="no-such-tpu", log=None)
+        get_strategy(tpu="no-such-tpu")
 
 
 def test_cross_replica_mean():
@@ -41,12 +41,12 @@ def test_cross_replica_mean():
 def test_tf_config_with_one_task_keeps_one_process(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, '
                                     '"task": {"type": "worker", "index": 0}}')
-    strategy = get_strategy(log=None)
+    strategy = get_strategy()
     assert strategy.num_replicas_in_sync == 1
     assert is_chief(strategy) and worker_index(strategy) == (0, 1)
     monkeypatch.setenv("TF_CONFIG", "{not json")
     with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
-        get_strategy(log=None)
+        get_strategy()
 
 
 def test_get_distribution_wraps_the_strategy_behind_one_interface():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kctx.training import DETERMINISTIC_ENVIRONMENT as DETERMINISTIC
-from kctx.training.runner import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
+from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
 from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE, \
@@ -117,8 +117,14 @@ def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, 
     assert not any(tmp_path.iterdir())
 
 
+# Classification's kill and resume run in the two-worker tests below (TensorFlow) and in
+# tests/test_jax_workflows.py (two JAX processes): both kill every worker after its first
+# checkpoint, resume, and compare with one uninterrupted process.
+KILLED_WORKFLOWS = ("gan", "segmentation", "sequence")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", WORKFLOWS)
+@pytest.mark.parametrize("name", KILLED_WORKFLOWS)
 def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_path):
     """Deterministic mode, on each Keras backend: a straight run, and a run killed with
     SIGKILL one step after its first checkpoint then started again with the same command,
@@ -345,7 +351,7 @@ SUM_SCRIPT = """
 import numpy as np
 from kctx.distribute import get_strategy, is_chief, sum_over_workers, worker_index
 
-strategy = get_strategy(log=None)
+strategy = get_strategy()
 index, count = worker_index(strategy)
 total = sum_over_workers(strategy, np.array([index + 1.0, 10.0 * index]))
 print("RESULT", index, count, is_chief(strategy), total.tolist())
