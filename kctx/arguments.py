@@ -9,7 +9,19 @@ __all__ = ["output_path", "positive_float", "positive_int"]
 
 
 def positive_int(text):
-    """argparse type: an integer ≥ 1 (sizes, batches, repeats), refused at parse time."""
+    """argparse type: an integer ≥ 1 (sizes, batches, repeats), refused at parse time.
+
+    Examples:
+        >>> import argparse
+        >>> parser = argparse.ArgumentParser(prog="bench")
+        >>> _ = parser.add_argument("--size", type=positive_int)
+        >>> parser.parse_args(["--size", "64"]).size
+        64
+        >>> positive_int("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a positive integer. Received: '0'
+    """
     try:
         value = int(text)
     except ValueError:

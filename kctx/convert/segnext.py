@@ -154,6 +154,20 @@ def load_segnext_weights(model, weights, assign=True, variants=None):
         CheckpointMismatchError: the checkpoint does not fit the model.
         kctx.checkpoints.UnsafeCheckpointError: the file's pickle names a global
             outside the allow-list (e.g. one that would run code).
+
+    Examples:
+        >>> from kctx.models import mscan
+        >>> model = mscan(None, embed_dims=(8, 16, 24, 32), depths=(1, 1, 1, 1),
+        ...               mlp_ratios=(2, 2, 2, 2), drop_path_rate=0.0, input_shape=(32, 32, 3))
+        >>> list(segnext_targets(model))[:2]
+        ['patch_embed1.proj.0.weight', 'patch_embed1.proj.0.bias']
+        >>> state = {"patch_embed1.proj.0.weight": np.zeros((4, 3, 3, 3), "float32")}
+        >>> load_segnext_weights(model, state, assign=False)
+        Traceback (most recent call last):
+        ...
+        kctx.convert.porting.CheckpointMismatchError: The checkpoint does not fit ...
+        (backbone weights, mmseg layout): 181 Keras weights have no checkpoint tensor: ...
+        >>> # with the official file: segnext("t") and "segnext_mscan-t_20230227-4bfa3e6a.pth"
     """
     weights = read_checkpoint(weights)
     if is_keras_weights(weights):

@@ -96,10 +96,18 @@ def load_torchvision_resnet_weights(model, weights, assign=True):
             checkpoint's blocks per stage are not the model's, e.g. ResNet-50 weights for
             a ResNet-101).
 
-    Example::
-
-        model = dilated_resnet(50, 8)
-        load_torchvision_resnet_weights(model, "resnet50-11ad3fa6.pth")
+    Examples:
+        >>> from kctx.models import dilated_resnet
+        >>> model = dilated_resnet(14, 8, width=16, input_shape=(32, 32, 3))
+        >>> list(torchvision_resnet_targets(model))[:3]
+        ['conv1.weight', 'bn1.weight', 'bn1.bias']
+        >>> state = {"conv1.weight": np.zeros((16, 3, 7, 7), "float32")}
+        >>> load_torchvision_resnet_weights(model, state, assign=False)
+        Traceback (most recent call last):
+        ...
+        kctx.convert.porting.CheckpointMismatchError: The checkpoint does not fit ...: 84 Keras
+        weights have no checkpoint tensor: bn1.bias, ...
+        >>> # with torchvision's file: dilated_resnet(50, 8) and "resnet50-11ad3fa6.pth"
     """
     state = weights if isinstance(weights, dict) else torch_state_dict(weights)
     targets = torchvision_resnet_targets(model)
