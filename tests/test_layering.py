@@ -5,6 +5,7 @@ house")."""
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -144,6 +145,18 @@ def test_the_library_imports_no_workflow_study_or_tool():
               for module, edges in sorted(GRAPH.items()) if module.split(".")[0] == LIBRARY
               for target, line in edges.items() if target.split(".")[0] != LIBRARY]
     assert upward == []
+
+
+def test_the_library_names_no_workflow_module_in_its_code():
+    """Nor by a string (``"segmentation.models:segmenter"`` for a worker to import, a class
+    path for a registry): a workflow registers or passes in what is its own."""
+    pattern = re.compile(rf"^({'|'.join((*WORKFLOWS, 'studies', 'tools'))})\.[\w.]+(:\w+)?$")
+    named = [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+             for path in sorted((ROOT / LIBRARY).rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and pattern.match(node.value)]
+    assert named == []
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS)

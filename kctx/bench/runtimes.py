@@ -1,9 +1,9 @@
 """Inference latency of the same models in six CPU runtimes, one table.
 
-Rows: the digits_seg Ham segmenter at 64×64 and 512×512, the Ham (NMF) layer at
-128×128×512 (r = 64, K = 6: Table 3's setting) and KANet_KV at 224×224, at batch 1
-and 8; columns: Keras on TensorFlow, with XLA, on JAX (jit), and the model exported
-to ONNX Runtime, LiteRT float32 and LiteRT int8. Each cell is the median of
+Rows: the Ham (NMF) layer at 128×128×512 (r = 64, K = 6: Table 3's setting) and KANet_KV
+at 224×224, at batch 1 and 8 (a workflow puts its own models beside them through
+``main(args, models)``); columns: Keras on TensorFlow, with XLA, on JAX (jit), and the model
+exported to ONNX Runtime, LiteRT float32 and LiteRT int8. Each cell is the median of
 ``--repeats`` calls after ``--warmup`` in a fresh process
 (:func:`kctx.profile.runtime_latency`), random weights and inputs.
 """
@@ -12,17 +12,9 @@ from kctx.arguments import output_path, positive_int
 from kctx.bench import report
 from kctx.profile import RUNTIME_NAMES, RUNTIMES, runtime_latency
 
-# The digits_seg segmenter (segmentation's `digits_seg` config) is built by the
-# segmentation workflow's builder, imported by name in the measuring process.
-_SEGMENTER = dict(backbone="resnet_tiny", output_stride=8, context="ham_nmf", num_classes=11,
-                  head_channels=128)
+# {key: (title, spec)}: a spec names a kctx layer ("block") or a builder "module:function"
+# run in the measuring process (kctx.profile.runtime_latency).
 MODELS = {
-    "segmenter_64": ("digits_seg Ham segmenter 64×64",
-                     {"builder": "segmentation.models:segmenter",
-                      "kwargs": dict(_SEGMENTER, input_shape=[64, 64, 3])}),
-    "segmenter_512": ("digits_seg Ham segmenter 512×512",
-                      {"builder": "segmentation.models:segmenter",
-                       "kwargs": dict(_SEGMENTER, input_shape=[512, 512, 3])}),
     "ham": ("Ham (NMF) 128×128×512, r=64, K=6",
             {"block": "ham_nmf", "kwargs": {"rank": 64, "steps": 6, "seed": 0},
              "input_shape": [128, 128, 512]}),
@@ -32,11 +24,11 @@ MODELS = {
 }
 
 
-def run_runtimes(models=tuple(MODELS), runtimes=RUNTIMES, batches=(1, 8), repeats=10,
+def run_runtimes(models=MODELS, runtimes=RUNTIMES, batches=(1, 8), repeats=10,
                  warmup=3, threads=None, log=print):
+    """One row per (model, batch, runtime) of ``models`` ({key: (title, spec)})."""
     rows = []
-    for model in models:
-        title, spec = MODELS[model]
+    for model, (title, spec) in models.items():
         for batch in batches:
             for runtime in runtimes:
                 row = {"model": model, "title": title, "batch": batch, "runtime": runtime}
@@ -76,14 +68,14 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def main(args):
-    rows = run_runtimes(tuple(args.models), tuple(args.runtimes), tuple(args.batches),
-                        args.repeats, args.warmup, args.threads)
+def main(args, models=MODELS):
+    rows = run_runtimes({key: models[key] for key in args.models}, tuple(args.runtimes),
+                        tuple(args.batches), args.repeats, args.warmup, args.threads)
     return report(rows, format_table(rows), args.json)
 
 
-def add_arguments(parser):
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+def add_arguments(parser, models=MODELS):
+    parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
     parser.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES))
     parser.add_argument("--batches", nargs="+", type=positive_int, default=[1, 8])
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed calls per cell")
