@@ -78,3 +78,43 @@ def paired(values, baseline_values, confidence=0.95):
     result.update(sd_diff=sd, ci_low=low, ci_high=high, t=t, p=p, test="t",
                   significant=bool(low > 0.0 or high < 0.0))
     return result
+
+
+def paired_power(n, sd_diff, effect, confidence=0.95):
+    """The power of the two-sided paired t-test at ``1 − confidence`` with ``n`` seeds to
+    find a true mean difference ``effect`` when the per-seed differences have standard
+    deviation ``sd_diff``: P(|T| > t(1 − α/2; n − 1)) with T noncentral t, n − 1 degrees
+    of freedom and noncentrality effect / (sd_diff / √n).
+
+    Examples:
+        >>> round(paired_power(10, 1.0, 1.0), 3)  # Cohen's d = 1: 10 pairs give 80 %
+        0.803
+    """
+    if n < 2:
+        return 0.0
+    critical = _t_quantile(confidence, n)
+    noncentrality = effect / (sd_diff / math.sqrt(n))
+    distribution = scipy_stats.nct(n - 1, noncentrality)
+    return float(distribution.sf(critical) + distribution.cdf(-critical))
+
+
+def seeds_for_power(sd_diff, effect, power=0.8, confidence=0.95, max_seeds=100_000):
+    """The fewest seeds (paired differences) whose :func:`paired_power` reaches ``power``
+    (``None`` beyond ``max_seeds``).
+
+    Examples:
+        >>> seeds_for_power(1.0, 1.0), seeds_for_power(1.0, 0.5)
+        (10, 34)
+    """
+    low, high = 2, 2
+    while paired_power(high, sd_diff, effect, confidence) < power:
+        if high >= max_seeds:
+            return None
+        low, high = high, min(2 * high, max_seeds)
+    while low < high:  # power grows with n: the first n that reaches it
+        middle = (low + high) // 2
+        if paired_power(middle, sd_diff, effect, confidence) >= power:
+            high = middle
+        else:
+            low = middle + 1
+    return high

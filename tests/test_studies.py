@@ -382,3 +382,29 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
                  ["toy", "--output-dir", str(tmp_path), "--holm", "a:b", "a:c"]):
         compare.main(argv)
         assert "a − b: " in capsys.readouterr().out
+
+
+def test_power_analysis_of_a_paired_comparison(tmp_path):
+    """Differences of sd 2 on seeds 0–3 and an effect of 0.1 × the baseline's mean 10 = 1
+    (d = 0.5): 34 seeds for 80 % power, as for any paired t-test at d = 0.5."""
+    from studies.power import main, seeds_needed
+    from studies.stats import paired_power, seeds_for_power
+
+    assert seeds_for_power(1.0, 1.0) == 10 and seeds_for_power(2.0, 1.0) == 34
+    assert paired_power(34, 2.0, 1.0) >= 0.8 > paired_power(33, 2.0, 1.0)
+    differences = [1.0, 3.0, -1.0, 1.0]  # mean 1, sd 1.633
+    runs = [{"arm": "b", "seed": seed, "metrics": {"fid": 10.0}} for seed in range(4)]
+    runs += [{"arm": "a", "seed": seed, "metrics": {"fid": 10.0 + d}}
+             for seed, d in enumerate(differences)]
+    report = {"study": "toy", "runs": runs}
+    result = seeds_needed(report, "a", "b", "fid", 0.1)
+    assert result["seeds"] == [0, 1, 2, 3] and result["mean_diff"] == pytest.approx(1.0)
+    assert result["effect"] == pytest.approx(1.0)
+    assert result["seeds_for_power"]["0.8"] == seeds_for_power(result["sd_diff"], 1.0)
+    with pytest.raises(ValueError, match="No run of arm 'c'"):
+        seeds_needed(report, "c", "b", "fid", 0.1)
+    (tmp_path / "toy.json").write_text(json.dumps(report))
+    assert main(["toy", "--arm", "a", "--against", "b", "--metric", "fid",
+                 "--relative-effect", "0.1", "--results-dir", str(tmp_path),
+                 "--json", str(tmp_path / "power.json")]) == 0
+    assert json.loads((tmp_path / "power.json").read_text())["effect"] == pytest.approx(1.0)
