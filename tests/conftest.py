@@ -22,8 +22,13 @@ if "KCTX_CACHE_DIR" not in os.environ:
 # warm, 61 s without the cache).
 # A loaded executable is the one XLA compiled: the cache key holds the program, the compile
 # options, the jaxlib version and XLA_FLAGS, so the deterministic runs stay what they were.
+# Every program, not only those that took a second to compile: a JAX process compiles a few
+# hundred small ones (the eager ops of building and initialising a model, each shape once),
+# which are most of a tiny run's time (a tiny GAN run: 33 s with the cache at its default 1 s
+# threshold, 21 s with every program cached).
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def _reset_peak():
