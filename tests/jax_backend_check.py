@@ -8,8 +8,9 @@ import keras
 import numpy as np
 
 import numpy_reference as ref
-from kctx.layers import Hamburger, context_block
-from kctx.ops import matrix_decomposition, poly_nl
+from kctx.layers import CausalHamburger, Hamburger, context_block
+from kctx.ops import causal_nmf, causal_nmf_step, initial_causal_state, matrix_decomposition, \
+    poly_nl
 
 assert keras.backend.backend() == "jax", keras.backend.backend()
 
@@ -51,4 +52,25 @@ layer.build(z.shape)
 before = np.asarray(layer.bases.value).copy()
 layer(z, training=True)
 assert not np.allclose(before, np.asarray(layer.bases.value)), "online bases did not move"
+# The causal ham: its per-position definition, exact causality, the recurrent form, and the
+# layer's fit step under jit.
+sequence = rng.uniform(size=(2, 8, 6)).astype("float32")
+causal = np.asarray(causal_nmf(sequence, bases[0], steps=3))
+for b in range(2):
+    expected = ref.causal_nmf(sequence[b].T.astype("float64"), bases[0], 3).T
+    np.testing.assert_allclose(causal[b], expected, rtol=2e-5, atol=1e-6)
+changed = sequence.copy()
+changed[:, 5:] *= 3.0
+np.testing.assert_array_equal(np.asarray(causal_nmf(changed, bases[0], steps=3))[:, :5],
+                              causal[:, :5])
+state, steps = initial_causal_state(2, 6, 3, steps=3), []
+for t in range(8):
+    y_t, state = causal_nmf_step(sequence[:, t], bases[0], state, steps=3)
+    steps.append(np.asarray(y_t))
+np.testing.assert_allclose(np.stack(steps, axis=1), causal, rtol=1e-5, atol=1e-6)
+inputs = keras.Input((None, 16))
+model = keras.Model(inputs, CausalHamburger(rank=4, steps=3, norm="layer")(inputs))
+model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+tokens = rng.standard_normal((2, 10, 16)).astype("float32")
+assert np.isfinite(model.fit(tokens, tokens[::-1], epochs=1, verbose=0).history["loss"][0])
 print("JAX_BACKEND_OK")

@@ -257,3 +257,28 @@ def mmseg_slide_inference(encode_decode, inputs, crop, stride, num_classes):
             count_mat[:, :, y1:y2, x1:x2] += 1
     assert (count_mat == 0).sum() == 0
     return preds / count_mat
+
+
+def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0):
+    """The causal NMF by its per-position definition (kctx.ops.causal_decomposition): for
+    every t, round k updates column t's code against D_t^(k-1), then D_t^(k) from the sums
+    over the prefix j ≤ t of x_j c_jᵀ and c_j c_jᵀ, each written out as a loop. X (d, n),
+    D0 (d, r); returns X̄ (d, n), column t reconstructed from D_t^(K) and one more code
+    update."""
+    d, n = X.shape
+    codes = {t: softmax_columns(D0.T @ X[:, t:t + 1] / temperature) for t in range(n)}
+    bases = {t: D0 for t in range(n)}
+    for _ in range(steps):
+        codes = {t: nmf_codes_update(X[:, t:t + 1], bases[t], codes[t], eps)
+                 for t in range(n)}
+        new_bases = {}
+        for t in range(n):
+            xct = sum(X[:, j:j + 1] @ codes[j].T for j in range(t + 1))
+            cct = sum(codes[j] @ codes[j].T for j in range(t + 1))
+            new_bases[t] = bases[t] * xct / (bases[t] @ cct + eps)
+        bases = new_bases
+    out = np.zeros_like(X)
+    for t in range(n):
+        final = nmf_codes_update(X[:, t:t + 1], bases[t], codes[t], eps)
+        out[:, t:t + 1] = bases[t] @ final
+    return out

@@ -9,6 +9,7 @@ from kctx.layers.context_block import (
     register_context_block,
 )
 from kctx.layers.attention import Attention2D
+from kctx.layers.causal_hamburger import CausalHamburger
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
@@ -28,6 +29,7 @@ __all__ = [
     "AttnSkipModule",
     "BaseModule",
     "BaseSkipModule",
+    "CausalHamburger",
     "EfficientNonLocal2D",
     "Hamburger",
     "KroneckerAttention2D",

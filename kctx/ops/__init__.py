@@ -1,6 +1,7 @@
 """Weight-free math on ``keras.ops`` (runs on every Keras backend)."""
 
 from kctx.ops.attention import attention_2d, multi_head_attention, unfold
+from kctx.ops.causal_decomposition import causal_nmf, causal_nmf_step, initial_causal_state
 from kctx.ops.chord import (
     chord_dense,
     chord_indices,
@@ -32,6 +33,8 @@ from kctx.ops.resize import resize_bilinear
 __all__ = [
     "KRONECKER_MODES",
     "attention_2d",
+    "causal_nmf",
+    "causal_nmf_step",
     "chord_dense",
     "chord_indices",
     "chord_matmul",
@@ -44,6 +47,7 @@ __all__ = [
     "efficient_attention",
     "gelu",
     "initial_bases",
+    "initial_causal_state",
     "kronecker_attention",
     "kronecker_summary",
     "latent_graph_propagation",

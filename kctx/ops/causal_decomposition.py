@@ -1,0 +1,236 @@
+"""Causal non-negative matrix factorisation: a Hamburger ham for autoregressive models.
+
+The Hamburger's ham (Geng et al., ICLR 2021, Alg. 2; :mod:`kctx.ops.matrix_decomposition`)
+factorises all n positions at once, X ≈ D·C, so every output sees every input: it cannot
+drive a decoder. Its multiplicative updates, however, touch the data only through
+
+    x·D (a position's code, r numbers),   Xᵀ·C (d × r),   Cᵀ·C (r × r),
+
+and the last two are sums over positions. Fitting one dictionary D_t to each prefix
+x_{≤t} therefore needs only prefix sums of x_j·c_jᵀ and c_j·c_jᵀ: the causal NMF below.
+kctx is channels-last: ``x`` is (B, T, d), a dictionary (d, r), codes (T, r).
+
+With D₀ the initial dictionary and T_s the softmax temperature, for every position t:
+
+    c_t⁽⁰⁾ = softmax(x_t·D₀ / T_s),   D_t⁽⁰⁾ = D₀,
+
+then for k = 1 … K (Alg. 2's two lines, each position against the dictionary of its
+own prefix):
+
+    c_t⁽ᵏ⁾ = c_t⁽ᵏ⁻¹⁾ ⊙ (x_t·D_t⁽ᵏ⁻¹⁾) / (c_t⁽ᵏ⁻¹⁾·(D_t⁽ᵏ⁻¹⁾ᵀ D_t⁽ᵏ⁻¹⁾) + ε)
+    A_t⁽ᵏ⁾ = Σ_{j≤t} x_jᵀ c_j⁽ᵏ⁾   (d × r),      B_t⁽ᵏ⁾ = Σ_{j≤t} c_j⁽ᵏ⁾ᵀ c_j⁽ᵏ⁾   (r × r)
+    D_t⁽ᵏ⁾ = D_t⁽ᵏ⁻¹⁾ ⊙ A_t⁽ᵏ⁾ / (D_t⁽ᵏ⁻¹⁾·B_t⁽ᵏ⁾ + ε)
+
+and the output is one more code update against the final dictionary (Eq. 13, which
+carries the one-step gradient), reconstructed:
+
+    c_t = c_t⁽ᴷ⁾ ⊙ (x_t·D_t⁽ᴷ⁾) / (c_t⁽ᴷ⁾·(D_t⁽ᴷ⁾ᵀ D_t⁽ᴷ⁾) + ε),     x̄_t = D_t⁽ᴷ⁾·c_t.
+
+Everything at t is a function of x_{≤t}: the output is exactly causal. At t = n (the
+last position) the dictionary is fitted to all positions, as the original ham's — but the
+codes c_j⁽ᵏ⁾ of earlier positions were computed against their own prefixes' dictionaries,
+not against D_n⁽ᵏ⁻¹⁾, so the causal ham is a new operator, not the original restricted.
+
+Two forms compute it:
+
+* **parallel** (training): every round k is a few batched products and two cumulative
+  sums over t; O(K·T·d·r²) work and O(T·d·r) memory per round, or O(chunk·d·r) with
+  ``chunk_size`` (the sums are carried from chunk to chunk).
+* **recurrent** (generation): the state is (A⁽ᵏ⁾, B⁽ᵏ⁾) for k = 1 … K, K·(d·r + r²)
+  numbers whatever t; :func:`causal_nmf_step` takes x_t and the state and returns x̄_t and
+  the next state. Both forms compute the same numbers (the same products, the sums
+  accumulated in another order).
+
+The update guard ε is absolute, as the official code's 1e-6: the original ham's
+relative guard divides by max|x| over all positions, which a causal operator cannot see.
+"""
+
+from keras import ops
+
+from kctx.validation import check_positive_float, check_positive_int
+
+
+def _code_update(xd, codes, bases, eps):
+    """c ← c ⊙ (x·D) / (c·(DᵀD) + ε), each position against its own D (…, d, r)."""
+    gram = ops.einsum("...dr,...dk->...rk", bases, bases)
+    return codes * xd / (ops.einsum("...r,...rk->...k", codes, gram) + eps)
+
+
+def _bases_update(bases, xtc, ctc, eps):
+    """D ← D ⊙ A / (D·B + ε) with the prefix sums A = Σ xᵀc, B = Σ cᵀc."""
+    return bases * xtc / (ops.einsum("...dr,...rk->...dk", bases, ctc) + eps)
+
+
+def _check(x, bases, steps, temperature):
+    check_positive_int("steps", steps)
+    check_positive_float("temperature", temperature)
+    if len(x.shape) != 3:
+        raise ValueError("`x` must have rank 3, (batch, positions T, channels d). "
+                         f"Received: x.shape={tuple(x.shape)}")
+    if len(bases.shape) != 2:
+        raise ValueError("`bases` must have rank 2, (channels d, rank r): one initial "
+                         f"dictionary D₀ for every sequence. Received: bases.shape="
+                         f"{tuple(bases.shape)}")
+    if x.shape[-1] is not None and x.shape[-1] != bases.shape[0]:
+        raise ValueError("`x` and `bases` must have the same number of channels d "
+                         f"(x.shape[-1] == bases.shape[0]). Received: x.shape="
+                         f"{tuple(x.shape)}, bases.shape={tuple(bases.shape)}")
+
+
+def initial_causal_state(batch_size, channels, rank, steps, dtype="float32"):
+    """The recurrent form's state before the first position: K pairs of zero prefix sums,
+    ``(A⁽¹⁾, B⁽¹⁾, …, A⁽ᴷ⁾, B⁽ᴷ⁾)`` with A (batch, d, r) and B (batch, r, r).
+
+    Examples:
+        >>> state = initial_causal_state(2, channels=16, rank=4, steps=3)
+        >>> len(state), tuple(state[0].shape), tuple(state[1].shape)
+        (6, (2, 16, 4), (2, 4, 4))
+    """
+    check_positive_int("steps", steps)
+    state = []
+    for _ in range(steps):
+        state += [ops.zeros((batch_size, channels, rank), dtype),
+                  ops.zeros((batch_size, rank, rank), dtype)]
+    return tuple(state)
+
+
+def causal_nmf_step(x_t, bases, state, steps=6, temperature=1.0, eps=1e-6):
+    """One position of the causal NMF in its recurrent form (generation).
+
+    Args:
+        x_t: the position's non-negative features, (B, d).
+        bases: D₀, (d, r).
+        state: the prefix sums of the positions before, from
+            :func:`initial_causal_state` or the previous call.
+        steps: K, as in :func:`causal_nmf`.
+        temperature: T_s of the initial codes' softmax.
+        eps: ε, the absolute update guard.
+
+    Returns:
+        ``(reconstruction, state)``: x̄_t (B, d) and the prefix sums including t.
+
+    Examples:
+        >>> x = keras.random.uniform((2, 5, 16), seed=0)
+        >>> from kctx.ops import initial_bases
+        >>> d0 = initial_bases("nmf", (16, 4), seed=0)
+        >>> state = initial_causal_state(2, 16, 4, steps=3)
+        >>> outputs = []
+        >>> for t in range(5):
+        ...     y_t, state = causal_nmf_step(x[:, t], d0, state, steps=3)
+        ...     outputs.append(y_t)
+        >>> parallel = causal_nmf(x, d0, steps=3)
+        >>> bool(ops.max(ops.abs(ops.stack(outputs, axis=1) - parallel)) < 1e-5)
+        True
+    """
+    if len(state) != 2 * steps:
+        raise ValueError(f"`state` must hold 2·steps = {2 * steps} prefix sums (A⁽ᵏ⁾, "
+                         f"B⁽ᵏ⁾ for k = 1 … K). Received: {len(state)} tensors.")
+    x_t = ops.convert_to_tensor(x_t)
+    bases = ops.cast(ops.convert_to_tensor(bases), x_t.dtype)
+    codes = ops.softmax(ops.matmul(x_t, bases) / temperature, axis=-1)
+    dictionary = ops.broadcast_to(bases, (ops.shape(x_t)[0], *bases.shape))
+    new_state = []
+    for step in range(steps):
+        xd = ops.einsum("bd,bdr->br", x_t, dictionary)
+        codes = _code_update(xd, codes, dictionary, eps)
+        xtc = state[2 * step] + ops.einsum("bd,br->bdr", x_t, codes)
+        ctc = state[2 * step + 1] + ops.einsum("br,bk->brk", codes, codes)
+        new_state += [xtc, ctc]
+        dictionary = _bases_update(dictionary, xtc, ctc, eps)
+    xd = ops.einsum("bd,bdr->br", x_t, dictionary)
+    codes = _code_update(xd, codes, dictionary, eps)
+    return ops.einsum("br,bdr->bd", codes, dictionary), tuple(new_state)
+
+
+def _prefix_sums(values, carry):
+    """Cumulative sums over axis 1 (positions), starting from ``carry`` (or zero)."""
+    sums = ops.cumsum(values, axis=1)
+    return sums if carry is None else sums + ops.expand_dims(carry, 1)
+
+
+def causal_nmf(x, bases, steps=6, temperature=1.0, eps=1e-6, one_step_gradient=True,
+               chunk_size=None):
+    """Causal low-rank reconstruction x̄ of ``x``: position t from x_{≤t} only.
+
+    The parallel form of the causal NMF (see the module's equations): K rounds, each a
+    code update of every position against its prefix's dictionary and a dictionary
+    update from the prefix sums Σ xᵀc and Σ cᵀc.
+
+    Args:
+        x: non-negative features (B, T, d), e.g. after the lower bread's ReLU.
+        bases: the initial dictionary D₀ (d, r), shared by every sequence and position
+            (``initial_bases("nmf", (d, r), seed=...)`` or a trained one).
+        steps: K ≥ 1, the rounds of multiplicative updates.
+        temperature: T_s of the initial codes' softmax.
+        eps: ε, the absolute guard of the updates (the official 1e-6).
+        one_step_gradient: ``True``: the K rounds run without gradient and only the final
+            code update back-propagates (Sec. 2.3, Eq. 13); ``False``: through every round
+            (BPTT).
+        chunk_size: positions per chunk; ``None`` processes all T at once (O(T·d·r)
+            memory per round), an int processes chunks one after the other, carrying the
+            prefix sums (O(chunk_size·d·r) memory, the same numbers). Must divide T.
+
+    Returns:
+        The reconstruction x̄ (B, T, d).
+
+    Examples:
+        >>> x = keras.random.uniform((2, 8, 16), seed=0)
+        >>> from kctx.ops import initial_bases
+        >>> d0 = initial_bases("nmf", (16, 4), seed=0)
+        >>> y = causal_nmf(x, d0, steps=3)
+        >>> tuple(y.shape)
+        (2, 8, 16)
+        >>> # position 3 does not see positions 4-7
+        >>> changed = ops.concatenate([x[:, :4], 2.0 * x[:, 4:]], axis=1)
+        >>> bool(ops.all(causal_nmf(changed, d0, steps=3)[:, :4] == y[:, :4]))
+        True
+
+    Reference:
+        Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR 2021, Alg. 2
+        and Sec. 2.3; made causal here (kctx).
+    """
+    x = ops.convert_to_tensor(x)
+    bases = ops.convert_to_tensor(bases)
+    _check(x, bases, steps, temperature)
+    bases = ops.cast(bases, x.dtype)
+    length = x.shape[1]
+    if chunk_size is None or length is None or chunk_size >= length:
+        return _causal_nmf_chunk(x, bases, None, steps, temperature, eps,
+                                 one_step_gradient)[0]
+    check_positive_int("chunk_size", chunk_size)
+    if length % chunk_size:
+        raise ValueError(f"`chunk_size` must divide the sequence length. Received: "
+                         f"chunk_size={chunk_size} for {length} positions.")
+    outputs, carry = [], None
+    for start in range(0, length, chunk_size):
+        output, carry = _causal_nmf_chunk(x[:, start:start + chunk_size], bases, carry,
+                                          steps, temperature, eps, one_step_gradient)
+        outputs.append(output)
+    return ops.concatenate(outputs, axis=1)
+
+
+def _causal_nmf_chunk(x, bases, carry, steps, temperature, eps, one_step_gradient):
+    """The parallel form on the positions of ``x`` after a prefix whose sums are ``carry``
+    (None: no prefix); returns the reconstruction and the sums at the chunk's end."""
+    codes = ops.softmax(ops.einsum("btd,dr->btr", x, bases) / temperature, axis=-1)
+    dictionary = bases  # D_t⁽⁰⁾ = D₀ for every t: broadcast, not materialised
+    sums = []
+    for step in range(steps):
+        if step == 0:
+            xd = ops.einsum("btd,dr->btr", x, bases)
+            codes = _code_update(xd, codes, bases, eps)
+        else:
+            xd = ops.einsum("btd,btdr->btr", x, dictionary)
+            codes = _code_update(xd, codes, dictionary, eps)
+        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", x, codes),
+                           None if carry is None else carry[2 * step])
+        ctc = _prefix_sums(ops.einsum("btr,btk->btrk", codes, codes),
+                           None if carry is None else carry[2 * step + 1])
+        sums += [xtc[:, -1], ctc[:, -1]]
+        dictionary = _bases_update(dictionary, xtc, ctc, eps)
+    if one_step_gradient:
+        codes = ops.stop_gradient(codes)
+        dictionary = ops.stop_gradient(dictionary)
+    xd = ops.einsum("btd,btdr->btr", x, dictionary)
+    codes = _code_update(xd, codes, dictionary, eps)
+    return ops.einsum("btr,btdr->btd", codes, dictionary), tuple(sums)

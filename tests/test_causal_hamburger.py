@@ -1,0 +1,121 @@
+"""The causal Hamburger: the causal NMF against its per-position NumPy definition, exact
+causality, the parallel and recurrent forms alike, chunks, and the layer standards."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import numpy_reference as reference
+from kctx.layers import CausalHamburger
+from kctx.ops import causal_nmf, causal_nmf_step, initial_bases, initial_causal_state
+from kctx.testing import run_layer_test
+
+RNG = np.random.default_rng(0)
+
+
+def _data(batch=2, length=9, channels=6, rank=3):
+    x = RNG.uniform(size=(batch, length, channels)).astype("float32")
+    bases = keras.ops.convert_to_numpy(initial_bases("nmf", (channels, rank), seed=0))
+    return x, bases
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_causal_nmf_is_its_per_position_definition(steps):
+    x, bases = _data()
+    got = ops.convert_to_numpy(causal_nmf(x, bases, steps=steps, temperature=0.5))
+    for b in range(x.shape[0]):
+        expected = reference.causal_nmf(x[b].T.astype(np.float64), bases.astype(np.float64),
+                                        steps, temperature=0.5).T
+        np.testing.assert_allclose(got[b], expected, rtol=2e-5, atol=1e-6)
+
+
+def test_future_inputs_leave_past_outputs_unchanged():
+    x, bases = _data(length=12)
+    y = ops.convert_to_numpy(causal_nmf(x, bases, steps=4))
+    for t in (0, 5, 11):
+        changed = x.copy()
+        changed[:, t + 1:] = RNG.uniform(size=changed[:, t + 1:].shape) * 3.0
+        z = ops.convert_to_numpy(causal_nmf(changed, bases, steps=4))
+        np.testing.assert_array_equal(z[:, :t + 1], y[:, :t + 1])
+        if t < 11:
+            assert np.abs(z[:, t + 1:] - y[:, t + 1:]).max() > 1e-3
+    # The layer too, on its raw inputs (breads, norm, branch scale, final ReLU around it).
+    layer = CausalHamburger(rank=3, steps=2, norm="layer", residual_scale_init=0.5,
+                            final_relu=True)
+    inputs = RNG.standard_normal((2, 10, 8)).astype("float32")
+    outputs = ops.convert_to_numpy(layer(inputs))
+    changed = inputs.copy()
+    changed[:, 6:] += 5.0
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(changed))[:, :6], outputs[:, :6])
+
+
+def test_recurrent_form_equals_the_parallel_form():
+    x, bases = _data(length=11)
+    parallel = ops.convert_to_numpy(causal_nmf(x, bases, steps=3))
+    state = initial_causal_state(2, 6, 3, steps=3)
+    assert [tuple(s.shape) for s in state] == [(2, 6, 3), (2, 3, 3)] * 3
+    outputs = []
+    for t in range(x.shape[1]):
+        y_t, state = causal_nmf_step(x[:, t], bases, state, steps=3)
+        outputs.append(ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(outputs, axis=1), parallel, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="must hold 2·steps = 4 prefix sums"):
+        causal_nmf_step(x[:, 0], bases, state, steps=2)
+
+
+def test_chunks_give_the_same_numbers():
+    x, bases = _data(length=12)
+    whole = ops.convert_to_numpy(causal_nmf(x, bases, steps=3))
+    for chunk in (1, 4, 6):
+        np.testing.assert_allclose(ops.convert_to_numpy(causal_nmf(x, bases, steps=3,
+                                                                   chunk_size=chunk)),
+                                   whole, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="must divide the sequence length"):
+        causal_nmf(x, bases, chunk_size=5)
+
+
+def test_layer_generates_what_it_scores():
+    """The layer's step() over a sequence gives its call() on the whole sequence."""
+    layer = CausalHamburger(rank=4, steps=3, latent_dim=12, norm="layer",
+                            residual_scale_init=0.0, seed=3)
+    inputs = RNG.standard_normal((3, 7, 8)).astype("float32")
+    # A zero branch scale: the identity; then a trained-like scale.
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(inputs)), inputs, atol=1e-6)
+    layer.residual_scale.assign(0.7)
+    whole = ops.convert_to_numpy(layer(inputs))
+    state = layer.initial_state(3)
+    steps = []
+    for t in range(7):
+        y_t, state = layer.step(inputs[:, t], state)
+        steps.append(ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(steps, axis=1), whole, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(rank=4, steps=2),
+    dict(rank=4, steps=2, init="learned", one_step_gradient=False, final_relu=True,
+         norm="layer", residual_scale_init=0.0, latent_dim=16, chunk_size=3),
+], ids=["default", "learned-bptt-norm-zero-branch-chunks"])
+def test_layer_standards(kwargs):
+    run_layer_test(CausalHamburger, kwargs, (2, 6, 8), variable_spatial_dims=False)
+
+
+def test_learned_dictionary_gets_gradient_only_through_the_rounds():
+    layer = CausalHamburger(rank=3, steps=2, init="learned", one_step_gradient=False)
+    inputs = RNG.standard_normal((2, 5, 6)).astype("float32")
+    layer(inputs)
+    assert layer.bases.trainable and len(layer.trainable_weights) == 5
+    with pytest.raises(ValueError, match="needs `one_step_gradient=False`"):
+        CausalHamburger(init="learned")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(rank=0), "Received: rank=0"),
+    (dict(steps=0), "Received: steps=0"),
+    (dict(init="random"), "Received: init='random'"),
+    (dict(norm="batch"), "Received: norm='batch'"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CausalHamburger(**kwargs)
