@@ -1,6 +1,7 @@
 """Session set-up: quiet TensorFlow and two logical CPUs for MirroredStrategy."""
 
 import os
+import resource
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,14 +41,37 @@ def _reset_peak():
         pass
 
 
+_CPU_START = {}
+
+
+def _cpu_seconds():
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                           resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 def pytest_runtest_logstart(nodeid, location):
     if os.environ.get("KCTX_TEST_MEMORY"):
         _reset_peak()
+    if os.environ.get("KCTX_TEST_CPU"):
+        _CPU_START[nodeid] = _cpu_seconds()
+
+
+def _log_cpu(nodeid):
+    """With KCTX_TEST_CPU=FILE, append each test's CPU seconds in the test process and in
+    the subprocesses it waited for: where the suite's work goes, apart from how the two
+    workers' tests overlapped (a test's wall time counts the other worker's load too)."""
+    path = os.environ.get("KCTX_TEST_CPU")
+    if path and nodeid in _CPU_START:
+        (own, children), (own0, children0) = _cpu_seconds(), _CPU_START.pop(nodeid)
+        with open(path, "a") as log:
+            log.write(f"{own - own0:.2f}\t{children - children0:.2f}\t{nodeid}\n")
 
 
 def pytest_runtest_logfinish(nodeid, location):
     """With KCTX_TEST_MEMORY=FILE, append each test's peak RSS during it and RSS after it (MB),
     and the xdist worker, to FILE: where a long test session's memory goes."""
+    _log_cpu(nodeid)
     path = os.environ.get("KCTX_TEST_MEMORY")
     if path:
         from kctx.profile.layer_profile import _status_mb

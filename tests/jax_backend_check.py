@@ -73,4 +73,23 @@ model = keras.Model(inputs, CausalHamburger(rank=4, steps=3, norm="layer")(input
 model.compile(optimizer="sgd", loss="mse", jit_compile=True)
 tokens = rng.standard_normal((2, 10, 16)).astype("float32")
 assert np.isfinite(model.fit(tokens, tokens[::-1], epochs=1, verbose=0).history["loss"][0])
+# The decoder language model with each token mixer: scoring (the parallel forms) equals
+# stepping (the recurrent forms), and a fit step under jit.
+from kctx.models import MIXERS, CausalLanguageModel  # noqa: E402
+
+text = rng.integers(0, 11, (2, 6)).astype("int32")
+for mixer in MIXERS:
+    language_model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=1,
+                                         mixer=mixer)
+    logits = np.asarray(language_model(text))
+    states, stepped = language_model.initial_state(2), []
+    for t in range(6):
+        step_logits, states = language_model.step(text[:, t], states)
+        stepped.append(np.asarray(step_logits))
+    np.testing.assert_allclose(np.stack(stepped, axis=1), logits, rtol=1e-4, atol=1e-4)
+    language_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                           jit_compile=True)
+    assert np.isfinite(language_model.fit(text[:, :-1], text[:, 1:], verbose=0)
+                       .history["loss"][0]), mixer
+    assert np.asarray(language_model.generate(text[:, :2], 3, seed=0)).shape == (2, 5)
 print("JAX_BACKEND_OK")

@@ -282,3 +282,18 @@ def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0):
         final = nmf_codes_update(X[:, t:t + 1], bases[t], codes[t], eps)
         out[:, t:t + 1] = bases[t] @ final
     return out
+
+
+def causal_linear_attention(Q, K, V, eps=1e-6):
+    """Katharopoulos et al. (2020), Eq. 9 with causal sums, written as the loop over t:
+    V'_t = φ(Q_t)ᵀ Σ_{j≤t} φ(K_j) V_jᵀ / (φ(Q_t)ᵀ Σ_{j≤t} φ(K_j)), φ = elu + 1.
+    Q, K (T, d_k), V (T, d_v)."""
+    def phi(x):
+        return np.where(x > 0, x + 1.0, np.exp(x))
+
+    out = np.zeros((Q.shape[0], V.shape[1]))
+    for t in range(Q.shape[0]):
+        numerator = sum(phi(Q[t]) @ phi(K[j]) * V[j] for j in range(t + 1))
+        denominator = sum(phi(Q[t]) @ phi(K[j]) for j in range(t + 1))
+        out[t] = numerator / (denominator + eps)
+    return out

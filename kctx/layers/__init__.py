@@ -10,6 +10,7 @@ from kctx.layers.context_block import (
 )
 from kctx.layers.attention import Attention2D
 from kctx.layers.causal_hamburger import CausalHamburger
+from kctx.layers.causal_mixers import CausalConv1D, CausalLinearAttention, CausalSelfAttention
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
@@ -29,7 +30,10 @@ __all__ = [
     "AttnSkipModule",
     "BaseModule",
     "BaseSkipModule",
+    "CausalConv1D",
     "CausalHamburger",
+    "CausalLinearAttention",
+    "CausalSelfAttention",
     "EfficientNonLocal2D",
     "Hamburger",
     "KroneckerAttention2D",

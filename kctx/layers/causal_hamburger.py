@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kctx.ops.causal_decomposition import causal_nmf, causal_nmf_step, initial_causal_state
-from kctx.ops.matrix_decomposition import initial_bases
+from kctx.ops.matrix_decomposition import seeded_initial_bases
 from kctx.validation import (
     check_choice,
     check_positive_float,
@@ -59,6 +59,9 @@ class CausalHamburger(keras.layers.Layer):
         norm: ``None`` or ``"layer"`` (a layer norm after the upper bread, per position).
         residual_scale_init: ``None`` (no branch scale) or the initial value of a trainable
             scalar s multiplying the branch (``0.0``: the block starts as the identity).
+        residual: add the input, y = x + s·…; ``False`` returns the branch s·norm(W_u·M),
+            for a pre-norm block that adds the residual itself
+            (:class:`kctx.models.CausalLanguageModel`).
         chunk_size: positions the parallel form processes at once (``None``: all).
         seed: the seed of the fixed (or the learned one's initial) D₀.
         kernel_initializer: initializer of the breads' kernels.
@@ -86,7 +89,7 @@ class CausalHamburger(keras.layers.Layer):
 
     def __init__(self, rank=16, steps=6, latent_dim=None, init="fixed", temperature=1.0,
                  eps=1e-6, one_step_gradient=True, final_relu=False, norm=None,
-                 residual_scale_init=None, chunk_size=None, seed=0,
+                 residual_scale_init=None, residual=True, chunk_size=None, seed=0,
                  kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         check_positive_int("rank", rank)
@@ -96,6 +99,9 @@ class CausalHamburger(keras.layers.Layer):
         check_positive_float("temperature", temperature)
         check_choice("norm", norm, NORMS)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
+        if final_relu and not residual:
+            raise ValueError("`final_relu=True` is the ReLU after the residual sum: it needs "
+                             "`residual=True`. Received: final_relu=True, residual=False")
         if init == "learned" and one_step_gradient:
             raise ValueError("`init='learned'` needs `one_step_gradient=False`: with the "
                              "one-step gradient D₀ receives no gradient. Received: "
@@ -111,6 +117,7 @@ class CausalHamburger(keras.layers.Layer):
         self.norm = norm
         self.residual_scale_init = (None if residual_scale_init is None
                                     else float(residual_scale_init))
+        self.residual = bool(residual)
         self.chunk_size = chunk_size
         self.seed = int(seed)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -133,8 +140,7 @@ class CausalHamburger(keras.layers.Layer):
                                                               dtype=self.dtype_policy,
                                                               name="layer_norm")
             self.layer_norm.build((*input_shape[:-1], channels))
-        initial = keras.ops.convert_to_numpy(initial_bases("nmf", (d, self.rank),
-                                                           seed=self.seed))
+        initial = seeded_initial_bases("nmf", (d, self.rank), self.seed)
         self.bases = self.add_weight(
             name="bases", shape=(d, self.rank),
             initializer=keras.initializers.Constant(initial),
@@ -158,6 +164,8 @@ class CausalHamburger(keras.layers.Layer):
             branch = self.layer_norm(branch)
         if self.residual_scale_init is not None:
             branch = branch * ops.cast(self.residual_scale, branch.dtype)
+        if not self.residual:
+            return branch
         outputs = inputs + branch
         return ops.relu(outputs) if self.final_relu else outputs
 
@@ -186,6 +194,6 @@ class CausalHamburger(keras.layers.Layer):
             temperature=self.temperature, eps=self.eps,
             one_step_gradient=self.one_step_gradient, final_relu=self.final_relu,
             norm=self.norm, residual_scale_init=self.residual_scale_init,
-            chunk_size=self.chunk_size, seed=self.seed,
+            residual=self.residual, chunk_size=self.chunk_size, seed=self.seed,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
         return config

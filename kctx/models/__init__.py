@@ -1,6 +1,7 @@
 """Models built from kctx layers."""
 
 from kctx.convert import CheckpointMismatchError  # noqa: F401  (documented in kctx.convert)
+from kctx.models.decoder import MIXERS, CausalLanguageModel, DecoderBlock
 from kctx.models.fid_inception import (FID_INCEPTION_CLASSES, FID_INCEPTION_FEATURES,
                                        InceptionLogits, fid_inception_v3, fold_batch_norms)
 from kctx.models.insertion import (RESNET50_STAGE_POSITIONS, insert_context_block,
@@ -14,7 +15,7 @@ from kctx.models.sequence import psf_sequence_model, transformer_sequence_model
 
 # The models' checkpoints are converted by kctx.convert (load_segnext_weights,
 # load_torchvision_resnet_weights); CheckpointMismatchError stays importable from here.
-__all__ = ["FID_INCEPTION_CLASSES", "FID_INCEPTION_FEATURES", "InceptionLogits",
+__all__ = ["CausalLanguageModel", "DecoderBlock", "MIXERS", "FID_INCEPTION_CLASSES", "FID_INCEPTION_FEATURES", "InceptionLogits",
            "fid_inception_v3", "fold_batch_norms", "IMAGENET_MEAN", "IMAGENET_STD", "KANET_FAMILY",
            "KANET_VARIANTS", "MSCAN_VARIANTS", "mscan", "segnext",
            "RESNET50_STAGE_POSITIONS", "RESNET_BLOCKS", "PaddedMaxPooling2D", "dilated_resnet",

@@ -20,6 +20,7 @@ from kctx.ops.kronecker_attention import (
     outer_sum,
 )
 from kctx.ops.latent_graph import latent_graph_propagation
+from kctx.ops.linear_attention import causal_linear_attention, causal_linear_attention_step
 from kctx.ops.magnitude import magnitude
 from kctx.ops.matrix_decomposition import (
     decompose,
@@ -33,6 +34,8 @@ from kctx.ops.resize import resize_bilinear
 __all__ = [
     "KRONECKER_MODES",
     "attention_2d",
+    "causal_linear_attention",
+    "causal_linear_attention_step",
     "causal_nmf",
     "causal_nmf_step",
     "chord_dense",

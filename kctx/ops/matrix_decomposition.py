@@ -308,13 +308,21 @@ def initial_bases(method, shape, seed=None, dtype="float32"):
     """
     check_choice("method", method, METHODS)
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        rng = np.random.default_rng(int(seed))
-        shape = tuple(int(s) for s in shape)
-        raw = rng.uniform(size=shape) if method == "nmf" else rng.standard_normal(shape)
-        raw = raw / np.maximum(np.linalg.norm(raw, axis=-2, keepdims=True), _NORM_EPS)
-        return ops.convert_to_tensor(raw.astype(keras.backend.standardize_dtype(dtype)))
+        return ops.convert_to_tensor(seeded_initial_bases(method, shape, seed, dtype))
     if method == "nmf":
         bases = keras.random.uniform(shape, dtype=dtype, seed=seed)
     else:
         bases = keras.random.normal(shape, dtype=dtype, seed=seed)
     return _l2_normalize(bases, axis=-2)
+
+
+def seeded_initial_bases(method, shape, seed, dtype="float32"):
+    """:func:`initial_bases`'s draw for an int ``seed`` as a NumPy array (drawn with NumPy,
+    so identical on every backend and usable where no tensor may be evaluated, e.g. a
+    weight's initial value built inside a traced function)."""
+    check_choice("method", method, METHODS)
+    rng = np.random.default_rng(int(seed))
+    shape = tuple(int(s) for s in shape)
+    raw = rng.uniform(size=shape) if method == "nmf" else rng.standard_normal(shape)
+    raw = raw / np.maximum(np.linalg.norm(raw, axis=-2, keepdims=True), _NORM_EPS)
+    return raw.astype(keras.backend.standardize_dtype(dtype))
