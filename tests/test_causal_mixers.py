@@ -120,3 +120,22 @@ def test_language_model_trains_and_refuses_bad_arguments():
         model.generate(np.zeros((2, 0), "int32"), 3)
     with pytest.raises(ValueError, match="needs `residual=True`"):
         CausalHamburger(final_relu=True, residual=False)
+
+
+def test_generation_bench_writes_state_sizes_and_speeds(tmp_path):
+    """``python -m kctx.bench generation``: the key-value cache grows with the length, the
+    causal Hamburger's and linear attention's states do not."""
+    import json
+
+    from kctx.bench.__main__ import main
+
+    path = tmp_path / "generation.json"
+    assert main(["generation", "--lengths", "6", "12", "--window", "3", "--embed-dim", "8",
+                 "--num-blocks", "1", "--json", str(path)]) == 0
+    rows = {(r["mixer"], r["length"]): r for r in json.loads(path.read_text())}
+    assert len(rows) == 8 and all(r["ms_per_token"] > 0 for r in rows.values())
+    assert rows["attention", 12]["state_mb"] == 2 * rows["attention", 6]["state_mb"]
+    for mixer in ("causal_hamburger", "linear_attention", "causal_conv"):
+        assert rows[mixer, 12]["state_mb"] == rows[mixer, 6]["state_mb"] > 0
+    with pytest.raises(ValueError, match="`window` must be below the shortest length"):
+        main(["generation", "--lengths", "4", "--window", "4"])

@@ -43,6 +43,11 @@ BENCHMARKS = {
         "FID Inception features: images/s of kctx (Keras-TF, JAX) beside torch-fidelity; "
         "FID over 50k images",
     ),
+    "generation": (
+        "kctx.bench.generation",
+        "Causal language models: tokens/s and decoding-state memory against the generated "
+        "length (causal Hamburger, attention's key-value cache, linear attention, causal conv)",
+    ),
     "retention": (
         "kctx.bench.retention",
         "Memory a process keeps per model built and fitted (sweeps of many models)",

@@ -1,0 +1,102 @@
+"""Generation speed and memory against the generated length: the causal Hamburger's
+recurrent state against attention's key-value cache (and linear attention, a causal
+convolution), in :class:`kctx.models.CausalLanguageModel`.
+
+Each mixer's model (the same width, blocks and vocabulary, random weights: speed and memory
+do not depend on them) generates one sequence token by token (``model.step``, eager, batch
+``--batch``) up to the longest length. At each length of ``--lengths`` the table gives the
+time per token over the ``--window`` tokens that end there and the size of the state the
+decoding loop carries (every block's mixer state: the key-value cache grows with t, the
+causal Hamburger's K·(d·r + r²) and linear attention's sums do not).
+"""
+
+import time
+
+import numpy as np
+
+from kctx.arguments import output_path, positive_int
+from kctx.bench import report
+
+DEFAULT_MIXERS = ("causal_hamburger", "attention", "linear_attention", "causal_conv")
+
+
+def state_bytes(states):
+    """Bytes of every tensor in a model's decoding state."""
+    from keras import ops
+
+    total = 0
+    for block in states:
+        for tensor in block:
+            total += int(np.prod(ops.shape(tensor))) * 4
+    return total
+
+
+def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384), batch=1,
+                   embed_dim=128, num_blocks=4, window=64, seed=0, log=print):
+    import keras
+
+    from kctx.models import CausalLanguageModel
+
+    lengths = sorted(lengths)
+    if window >= lengths[0]:
+        raise ValueError(f"`window` must be below the shortest length ({lengths[0]}): the "
+                         f"timed tokens end at each length. Received: window={window}")
+    rows = []
+    for mixer in mixers:
+        keras.utils.set_random_seed(seed)
+        model = CausalLanguageModel(vocabulary_size=256, embed_dim=embed_dim,
+                                    num_blocks=num_blocks, mixer=mixer)
+        model.build((batch, 1))
+        tokens = keras.ops.zeros((batch,), "int32")
+        states = model.initial_state(batch)
+        log(f"generating {lengths[-1]} tokens with {mixer} ...")
+        marks = {}
+        for position in range(1, lengths[-1] + 1):
+            if any(position == length - window + 1 for length in lengths):
+                start = time.perf_counter()
+            logits, states = model.step(tokens, states)
+            tokens = keras.ops.cast(keras.ops.argmax(logits, axis=-1), "int32")
+            if position in lengths:
+                keras.ops.convert_to_numpy(tokens)  # the last token computed
+                marks[position] = (time.perf_counter() - start) / window
+                rows.append({"mixer": mixer, "length": position, "batch": batch,
+                             "params": model.count_params(),
+                             "ms_per_token": 1e3 * marks[position],
+                             "tokens_per_second": batch / marks[position],
+                             "state_mb": state_bytes(states) / 2**20})
+    return rows
+
+
+def format_table(rows):
+    header = (f"{'Mixer':<18} {'Length':>7} {'Params':>10} {'ms / token':>11} "
+              f"{'tokens / s':>11} {'State MB':>9}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r['mixer']:<18} {r['length']:>7} {r['params']:>10,} "
+                     f"{r['ms_per_token']:>11.2f} {r['tokens_per_second']:>11.1f} "
+                     f"{r['state_mb']:>9.3f}")
+    lines.append("")
+    lines.append("Eager token-by-token decoding (model.step), the time per token averaged over "
+                 "the window ending at each length; state: the mixers' decoding state, float32.")
+    return "\n".join(lines)
+
+
+def main(args):
+    rows = run_generation(mixers=args.mixers, lengths=args.lengths, batch=args.batch,
+                          embed_dim=args.embed_dim, num_blocks=args.num_blocks,
+                          window=args.window)
+    return report(rows, format_table(rows), args.json)
+
+
+def add_arguments(parser):
+    parser.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS),
+                        choices=list(DEFAULT_MIXERS))
+    parser.add_argument("--lengths", type=positive_int, nargs="+",
+                        default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--batch", type=positive_int, default=1)
+    parser.add_argument("--embed-dim", type=positive_int, default=128)
+    parser.add_argument("--num-blocks", type=positive_int, default=4)
+    parser.add_argument("--window", type=positive_int, default=64,
+                        help="tokens timed before each length")
+    parser.add_argument("--json", type=output_path,
+                        help="write the rows as a JSON list to this path")
