@@ -11,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = "kctx"
-WORKFLOWS = ("gan", "segmentation", "classification", "sequence")
+WORKFLOWS = ("gan", "segmentation", "classification", "sequence", "language")
 PACKAGES = (LIBRARY, *WORKFLOWS, "studies", "tools")
 
 # kctx's parts, lowest first: a module may import its own part and the parts of a lower

@@ -19,7 +19,7 @@ from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE
     assert_same_update, environment, finish, free_ports, kill_when, load_weights, start, \
     tf_config
 
-WORKFLOWS = ("gan", "classification", "segmentation", "sequence")
+WORKFLOWS = ("gan", "classification", "segmentation", "sequence", "language")
 BACKENDS = ("tensorflow", "jax")
 # The PSF network's gradients change in the last bit with where TensorFlow's allocator puts
 # its buffers, even single-threaded without oneDNN (not isolated to one op yet), so its

@@ -1,0 +1,1 @@
+"""Character-level language modelling with causal token mixers (``python -m language.train``)."""

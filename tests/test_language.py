@@ -1,0 +1,80 @@
+"""The language workflow: the pinned standard-library corpus split by file, step-indexed
+windows, a tiny run that trains, resumes, re-scores in bits per character and generates."""
+
+import json
+
+import numpy as np
+import pytest
+
+from language.configs import get_config
+from language.data import CORPUS_FILES, HELD_OUT_EVERY, held_out_windows, read_corpus, \
+    split_corpus, training_stream
+
+TINY = dict(steps=4, batch_size=2, context_length=32, embed_dim=16, num_blocks=1,
+            checkpoint_every=2, eval_characters=256, verbose=0)
+
+
+def test_corpus_is_pinned_hashed_and_split_by_file(tmp_path):
+    texts, digest = read_corpus()
+    assert sorted(texts) == sorted(CORPUS_FILES) and len(digest) == 64
+    assert read_corpus()[1] == digest
+    train, held_out = split_corpus(texts)
+    names = sorted(texts)
+    held = [name for index, name in enumerate(names) if index % HELD_OUT_EVERY
+            == HELD_OUT_EVERY - 1]
+    assert held_out.tobytes() == b"".join(texts[name] + b"\n" for name in held)
+    assert len(train) + len(held_out) == sum(len(t) + 1 for t in texts.values())
+    # Another set of files is another corpus: another hash; a missing file is named.
+    (tmp_path / "a.py").write_text("x = 1\n")
+    assert read_corpus(tmp_path, files=("a.py",))[1] != digest
+    with pytest.raises(FileNotFoundError, match=r"\['b.py'\] \(1 missing\)"):
+        read_corpus(tmp_path, files=("a.py", "b.py"))
+
+
+def test_windows_are_a_function_of_seed_and_step():
+    text = np.arange(1000, dtype=np.uint8)
+    first = [tuple(np.asarray(t) for t in batch)
+             for batch in training_stream(text, 16, 3, seed=5).take(4)]
+    resumed = [tuple(np.asarray(t) for t in batch)
+               for batch in training_stream(text, 16, 3, seed=5, start_step=2).take(2)]
+    for a, b in zip(first[2:], resumed):
+        np.testing.assert_array_equal(a[0], b[0])
+    inputs, targets = first[0]
+    assert inputs.shape == targets.shape == (3, 16) and inputs.dtype == np.int32
+    np.testing.assert_array_equal(inputs[:, 1:], targets[:, :-1])
+    inputs, targets = held_out_windows(text, 100, max_characters=250)
+    assert inputs.shape == (3, 100)
+    np.testing.assert_array_equal(targets.ravel(), text[1:301])
+
+
+def test_tiny_run_trains_resumes_rescores_and_generates(tmp_path):
+    from language.evaluate import evaluate
+    from language.generate import generate, main
+    from language.train import train
+
+    stopped = train("stdlib", "attention", model_dir=tmp_path, stop_after_step=2, **TINY)
+    assert stopped["stopped_at"] == 2
+    results = train("stdlib", "attention", model_dir=tmp_path, **TINY)
+    assert results["steps"] == 4 and 0 < results["bits_per_character"] < 12
+    assert results["bits_per_character"] == pytest.approx(results["loss"] / np.log(2), rel=1e-5)
+    assert results["eval_characters"] == 256 and len(results["corpus_sha256"]) == 64
+    assert json.loads((tmp_path / "run.json").read_text())["config"]["mixer"] == "attention"
+    rescored = evaluate(tmp_path, output=False, log=lambda *_: None)
+    assert rescored["bits_per_character"] == pytest.approx(results["bits_per_character"],
+                                                           rel=1e-6)
+    text = generate(tmp_path, "import ", length=12, seed=3)
+    assert text.startswith("import ") and text == generate(tmp_path, "import ", length=12,
+                                                           seed=3)
+    with pytest.raises(SystemExit):
+        main(["--model-dir", str(tmp_path), "--prompt", ""])
+
+
+def test_every_mixer_has_its_options_and_bad_settings_are_named():
+    assert get_config("stdlib", mixer="causal_hamburger").mixer_options() == {
+        "rank": 16, "steps": 6, "latent_dim": 256, "chunk_size": None}
+    assert get_config("stdlib", mixer="linear_attention").mixer_options()["chunk_size"] == 64
+    assert get_config("stdlib_2048").context_length == 2048
+    with pytest.raises(ValueError, match="Received: mixer='lstm'"):
+        get_config("stdlib", mixer="lstm")
+    with pytest.raises(ValueError, match="Received: context_length=0"):
+        get_config("stdlib", context_length=0)
