@@ -226,6 +226,32 @@ or above it (– where it never was).
 """,
 )
 
+LANGUAGE_MIXERS = (("causal_hamburger", "Causal Ham"), ("attention", "Attention"),
+                   ("linear_attention", "Linear attention"), ("causal_conv", "Causal conv"))
+
+LANGUAGE_STDLIB = Study(
+    name="language-stdlib", workflow="language", config="stdlib",
+    arms=tuple(Arm(f"{mixer}-{length}", {"mixer": mixer}, config=config,
+                   baseline=f"attention-{length}", label=f"{label} (T = {length})")
+               for config, length in (("stdlib", 512), ("stdlib_2048", 2048))
+               for mixer, label in LANGUAGE_MIXERS),
+    baseline="attention-512", seeds=(0, 1, 2),
+    overrides={"steps": 2000, "checkpoint_every": 250},
+    metrics=(Metric("bits_per_character", "bits/char", "results.json", "bits_per_character",
+                    better="lower", digits=4),
+             PARAMS, STEP_TIME),
+    description="""
+The causal Hamburger (kctx's, not in the papers) as the token mixer of a character-level
+decoder, against causal softmax attention, linear attention (Katharopoulos et al., 2020)
+and a causal convolution (k = 4), at 512 and 2,048 characters of context with the same
+characters per batch (16 × 512, 4 × 2,048). Every arm has the same embedding, blocks,
+MLPs and parameters (each mixer 4·C² weights: the Hamburger's ham has d = 2·C channels,
+r = 16, K = 6, the one-step gradient), the same 2,000 AdamW steps on the same windows
+(seed by seed), scored in bits per character on the first 200,000 held-out characters.
+The baseline is attention at the same context length.
+""",
+)
+
 SMOKE = Study(
     name="smoke", workflow="segmentation", config="digits_seg",
     arms=(Arm("ham_nmf", {"context": "ham_nmf"}), Arm("none", {"context": "none"})),
@@ -244,7 +270,7 @@ canvases (and with flips). Its numbers mean nothing about the heads.
 )
 
 STUDIES = {study.name: study for study in (
-    SEGMENTATION_DIGITS, SEGMENTATION_LARGE, HAMBURGER_ABLATIONS, CLASSIFICATION_DIGITS, GAN_DIGITS, SEQUENCE_ADDING, SMOKE)}
+    SEGMENTATION_DIGITS, SEGMENTATION_LARGE, HAMBURGER_ABLATIONS, CLASSIFICATION_DIGITS, GAN_DIGITS, SEQUENCE_ADDING, LANGUAGE_STDLIB, SMOKE)}
 
 
 def get_study(name):

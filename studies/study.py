@@ -116,7 +116,7 @@ class Study:
 
     Args:
         name: the study's name (``python -m studies.run NAME``).
-        workflow: ``gan``, ``segmentation``, ``classification`` or ``sequence``.
+        workflow: ``gan``, ``segmentation``, ``classification``, ``sequence`` or ``language``.
         config: the workflow config every arm starts from.
         arms: the :class:`Arm` s.
         baseline: the arm the others are compared with.
