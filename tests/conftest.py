@@ -50,10 +50,20 @@ def _cpu_seconds():
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+_RUNS_TESTS = [True]
+
+
+def pytest_configure(config):
+    # pytest-xdist's controller replays its workers' reports (and these hooks) without
+    # running the tests: only the processes that run them log.
+    _RUNS_TESTS[0] = hasattr(config, "workerinput") or not config.getoption("numprocesses",
+                                                                             None)
+
+
 def pytest_runtest_logstart(nodeid, location):
     if os.environ.get("KCTX_TEST_MEMORY"):
         _reset_peak()
-    if os.environ.get("KCTX_TEST_CPU"):
+    if os.environ.get("KCTX_TEST_CPU") and _RUNS_TESTS[0]:
         _CPU_START[nodeid] = _cpu_seconds()
 
 

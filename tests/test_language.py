@@ -78,3 +78,16 @@ def test_every_mixer_has_its_options_and_bad_settings_are_named():
         get_config("stdlib", mixer="lstm")
     with pytest.raises(ValueError, match="Received: context_length=0"):
         get_config("stdlib", context_length=0)
+
+
+def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):
+    """The exported artifacts take token ids and give Keras' logits: the causal ham's
+    cumulative sums and batched products convert (no einsum with '...', which the
+    converters refuse)."""
+    from language.export import export
+    from language.train import train
+
+    train("stdlib", "causal_hamburger", model_dir=tmp_path, **dict(TINY, steps=2))
+    for format in ("onnx", "litert"):
+        report = export(tmp_path, format, log=lambda *_: None)
+        assert report["max_relative_difference"] < 1e-4, (format, report)

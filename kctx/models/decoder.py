@@ -150,6 +150,11 @@ class CausalLanguageModel(keras.Model):
                                                           name="final_norm")
         self.head = keras.layers.Dense(vocabulary_size, dtype="float32", name="head")
 
+    @property
+    def input_dtype(self):
+        """Token ids: int32 (what an exported artifact's signature takes)."""
+        return "int32"
+
     def build(self, input_shape):
         shape = (*input_shape, self.embed_dim)
         self.embedding.build(input_shape)

@@ -50,15 +50,18 @@ from keras import ops
 from kctx.validation import check_positive_float, check_positive_int
 
 
+# Broadcasting matmuls, not einsums with "...": the ONNX and LiteRT converters refuse an
+# ellipsis that stands for different numbers of axes in two operands.
 def _code_update(xd, codes, bases, eps):
     """c ← c ⊙ (x·D) / (c·(DᵀD) + ε), each position against its own D (…, d, r)."""
-    gram = ops.einsum("...dr,...dk->...rk", bases, bases)
-    return codes * xd / (ops.einsum("...r,...rk->...k", codes, gram) + eps)
+    gram = ops.matmul(ops.swapaxes(bases, -1, -2), bases)
+    denominator = ops.squeeze(ops.matmul(ops.expand_dims(codes, -2), gram), -2)
+    return codes * xd / (denominator + eps)
 
 
 def _bases_update(bases, xtc, ctc, eps):
     """D ← D ⊙ A / (D·B + ε) with the prefix sums A = Σ xᵀc, B = Σ cᵀc."""
-    return bases * xtc / (ops.einsum("...dr,...rk->...dk", bases, ctc) + eps)
+    return bases * xtc / (ops.matmul(bases, ctc) + eps)
 
 
 def _check(x, bases, steps, temperature):

@@ -121,13 +121,15 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
     calibration = [_rows(inputs, index, index + 1) for index in range(examples, count)]
     path = pathlib.Path(output or default_artifact_path(workflow, model_dir, format, quantize))
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Keras' outputs first: a loaded subclassed model (the language workflow's) has then
+    # been called, which Keras' export requires.
+    expected = model.predict(compared, verbose=0)
     log(f"exporting {source} as {format}" + (f" ({quantize})" if quantize != "none" else ""))
     start = time.perf_counter()
     export_model(model, path, format=format, quantize=quantize,
                  representative_data=calibration or None)
     seconds = time.perf_counter() - start
     artifact = load_artifact(path, format)  # takes model.predict's inputs
-    expected = model.predict(compared, verbose=0)
     got = artifact(compared)
     difference = float(np.abs(got - expected).max())
     scale = float(np.abs(expected).max()) or 1.0
