@@ -117,12 +117,14 @@ def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, 
     assert not any(tmp_path.iterdir())
 
 
-# Classification's kill and resume run in the two-worker tests below (TensorFlow) and in
-# tests/test_jax_workflows.py (two JAX processes): both kill every worker after its first
-# checkpoint, resume, and compare with one uninterrupted process. On JAX, the GAN (its own
-# stateless two-optimizer step and NumPy step checkpoints of two optimizers); segmentation
-# and sequence train through Keras' own JAX fit step and the same NumPy checkpoints as the
-# classifier, whose resume the two-process test checks.
+# Several processes killed and resumed: the two-worker test below (TensorFlow) and the
+# two-process test in tests/test_jax_workflows.py, both on the sequence workflow (the
+# smallest run; the machinery is the runner's, the same for every workflow). On JAX, the GAN
+# (its own stateless two-optimizer step and NumPy step checkpoints of two optimizers);
+# segmentation, sequence and classification train through Keras' own JAX fit step and the
+# same NumPy checkpoints, whose resume the two-process test checks. Classification resumes
+# through the same runner; its stream's exact resume from any step is
+# tests/test_classification.py's.
 KILLED_RUNS = [("gan", "tensorflow"), ("segmentation", "tensorflow"),
                ("sequence", "tensorflow"), ("gan", "jax")]
 
@@ -138,10 +140,11 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     deterministic = environment(KERAS_BACKEND=backend, **DETERMINISTIC,
                                 **({"XLA_FLAGS": " ".join(XLA_FLAGS)} if backend == "jax"
                                    else {}))
-    # The straight run restarts itself in the deterministic environment (--deterministic);
-    # the others are started in it.
+    # The GAN's straight run restarts itself in the deterministic environment
+    # (--deterministic), on each backend; the other runs are started in it (a restart
+    # imports TensorFlow and Keras a second time).
     straight = start(["-m", f"{name}.train", *flags, "--model-dir", str(tmp_path / "straight")],
-                     env=plain)
+                     env=plain if name == "gan" else deterministic)
     killed = start(["-c", KILL_SCRIPT, name, str(CHECKPOINT_STEP[name] + 1), *flags,
                     "--model-dir", str(tmp_path / "resumed")], env=deterministic)
     status, output = finish(killed)
@@ -285,66 +288,65 @@ def test_steps_need_not_be_a_multiple_of_the_checkpoint_interval(tmp_path):
 
 def test_two_workers_train_like_one_process_and_resume_after_kill(tmp_path):
     """Two worker processes (MultiWorkerMirroredStrategy from TF_CONFIG, one replica each)
-    train the classification digits config on per-worker input pipelines; both are killed
-    with SIGKILL after their first checkpoint, and a restart resumes from the shared
-    checkpoint. Their first step (the checkpoint) and their finished run equal one process
-    training two replicas on the same global batches.
+    train the sequence workflow's adding problem on per-worker input pipelines; both are
+    killed with SIGKILL after their first checkpoint, and a restart resumes from the shared
+    checkpoint. Their first checkpoint and their finished run equal one process training
+    two replicas on the same global batches.
 
-    One step per epoch (the whole split as one global batch, so a checkpoint per step):
-    this network's training amplifies rounding by about 300x per step (measured: 1e-8 of
-    the update after one step, 3e-4 after two), so the first step is compared at the
-    default tolerance and the finished run at 1e-2 of the update: a resume from the wrong
-    step or data would change the update by its own size.
+    What is the workers' own runs on any workflow's pipeline (``kctx.data``'s per-pipeline
+    slices of the global batches, which tests/test_gan_data.py checks are exactly the
+    one-pipeline stream, and the held-out shards of ``sharded_examples``): the sequence
+    task's is the smallest, a few seconds a process where classification's took half a
+    minute. The finished run is compared at 1e-2 of the update (rounding grows with each
+    step); a resume from the wrong step or data would change the update by its own size.
     """
-    from classification.train import train
     from kctx.testing import mirrored_strategy
+    from sequence.configs import get_config
+    from sequence.evaluate import evaluate
+    from sequence.train import train
+    from sequence.workflow import build_model
 
     strategy = mirrored_strategy(2)
     if strategy is None:
         pytest.skip("needs 2 logical CPUs")
-    tiny = dict(epochs=2, batch_size=1438, width_multiplier=0.25, image_size=8,
-                eval_batch_size=128)
-    flags = [f"--{key.replace('_', '-')}={value}" for key, value in tiny.items()]
-    flags += ["--verbose", "0", "--deterministic"]
+    flags = TINY["sequence"] + ["--verbose", "0", "--deterministic"]
+    tiny = dict(length=32, steps=4, batch_size=8, eval_every=2, eval_examples=200,
+                embed_dim=8, hidden_units=8, target_accuracy=0)
 
     def launch():
         ports = free_ports(2)
-        return [start(["-m", "classification.train", *flags, "--model-dir",
-                       str(tmp_path / "workers")],
+        return [start(["-m", "sequence.train", *flags, "--model-dir", str(tmp_path / "workers")],
                       env=environment(TF_CONFIG=tf_config(ports, index), **DETERMINISTIC))
                 for index in range(2)]
 
     state = tmp_path / "workers" / "checkpoints" / "checkpoint"  # lists finished checkpoints
-    outputs = kill_when(launch(), lambda: state.exists() and "ckpt-1" in state.read_text())
-    assert "ckpt-1" in state.read_text(), outputs[0][-3000:]
+    outputs = kill_when(launch(), lambda: state.exists() and "ckpt-2" in state.read_text())
+    assert "ckpt-2" in state.read_text(), outputs[0][-3000:]
     assert not (tmp_path / "workers" / "results.json").exists()
     for worker in launch():
         status, output = finish(worker)
         assert status == 0, output[-3000:]
         assert "CollectiveAllReduceStrategy with 2 replica(s) on 2 workers" in output
-        assert "ckpt-1 at step 1" in output, output[-2000:]
+        assert "ckpt-2 at step 2" in output, output[-2000:]
     run = json.loads((tmp_path / "workers" / "run.json").read_text())
     assert run["replicas"] == 2 and run["strategy"] == "CollectiveAllReduceStrategy"
-
-    import keras
-
-    from classification.configs import get_config
-    from classification.evaluate import evaluate
-    from classification.workflow import build_model
 
     reference = train(model_dir=tmp_path / "one", strategy=strategy, verbose=0,
                       log=lambda *_: None, **tiny)
     workers = json.loads((tmp_path / "workers" / "results.json").read_text())
-    assert workers["steps"] == reference["steps"] == 2
-    for key in ("top1", "top5", "loss"):
-        assert workers[key] == pytest.approx(reference[key], rel=1e-3, abs=2 / 359), key
+    assert workers["steps"] == reference["steps"] == 4
+    for key in ("accuracy", "loss"):
+        assert workers[key] == pytest.approx(reference[key], rel=1e-3, abs=1 / 200), key
+    import keras
+
     keras.utils.set_random_seed(0)  # the runner's initial weights (seed 0)
-    initial = [np.asarray(w) for w in build_model(get_config("digits", **tiny)).weights]
-    first_steps = [[np.asarray(w) for w in evaluate(
+    initial = [np.asarray(w) for w in build_model(get_config("adding", **tiny)).weights]
+    first_checkpoints = [[np.asarray(w) for w in evaluate(
         tmp_path / name, output=False, log=lambda *_: None,
-        checkpoint=str(tmp_path / name / "checkpoints" / "ckpt-1"))["model"].weights]
+        checkpoint=str(tmp_path / name / "checkpoints" / "ckpt-2"))["model"].weights]
         for name in ("one", "workers")]
-    assert_same_update(initial, *first_steps, label="first step: 2 workers vs 1 process")
+    assert_same_update(initial, *first_checkpoints,
+                       label="first checkpoint: 2 workers vs 1 process")
     assert_same_update(initial, [np.asarray(w) for w in reference["model"].weights],
                        load_weights(tmp_path / "workers" / "model.keras"), rtol=1e-2,
                        variable_rtol=1e-1, label="resumed 2 workers vs 1 process")

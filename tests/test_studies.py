@@ -239,12 +239,14 @@ def test_report_keeps_earlier_runs_whose_cells_are_unchanged(tmp_path):
     assert "2 run(s) of an earlier report left out" in (out / "fake.md").read_text()
 
 
-def _studies(*args, cwd):
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    completed = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=environment,
-                               capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    return completed.stdout
+def _studies(module, *args, capsys):
+    """``python -m MODULE ARGS`` in this process (its cells still run in processes of their
+    own); returns what it printed."""
+    import importlib
+
+    capsys.readouterr()
+    assert importlib.import_module(module).main(list(args)) == 0, capsys.readouterr()
+    return capsys.readouterr().out
 
 
 def _cell_outputs(directory):
@@ -261,13 +263,15 @@ def _cell_outputs(directory):
 
 
 @pytest.mark.slow
-def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
+def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch, capsys):
     from kctx.training import DETERMINISTIC_ENVIRONMENT
 
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     smoke = STUDIES["smoke"]
     runs = tmp_path / "runs"
     _studies("studies.run", "smoke", "--seeds", "0", "--jobs", "2", "--runs-dir", str(runs),
-             cwd=tmp_path)
+             capsys=capsys)
     first = {arm.name: (runs / "smoke" / arm.name / "seed0" / "study-cell.json").stat().st_mtime
              for arm in smoke.arms}
     # An interrupted cell: ham_nmf at seed 1 stopped at its first checkpoint.
@@ -277,10 +281,10 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
                     "3"], cwd=tmp_path, check=True, capture_output=True,
                    env={**os.environ, **DETERMINISTIC_ENVIRONMENT, "PYTHONPATH": str(ROOT)})
     assert not (cell / "results.json").exists()
-    listing = _studies("studies.run", "smoke", "--list", "--runs-dir", str(runs), cwd=tmp_path)
+    listing = _studies("studies.run", "smoke", "--list", "--runs-dir", str(runs), capsys=capsys)
     assert "partial  ham_nmf seed 1" in listing and "missing  none seed 1" in listing
     output = _studies("studies.run", "smoke", "--jobs", "2", "--runs-dir", str(runs),
-                      cwd=tmp_path)
+                      capsys=capsys)
     assert "2 of 4 cells finished, 2 to run" in output
     for arm in smoke.arms:  # finished cells are not run again
         assert (runs / "smoke" / arm.name / "seed0" / "study-cell.json").stat().st_mtime == \
@@ -289,11 +293,11 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
     # The same cell uninterrupted, in another folder: the same numbers and weights, bit for bit.
     again = tmp_path / "again"
     _studies("studies.run", "smoke", "--arm", "ham_nmf", "--seeds", "1", "--runs-dir",
-             str(again), cwd=tmp_path)
+             str(again), capsys=capsys)
     assert _cell_outputs(cell) == _cell_outputs(smoke.cell_dir(again, ham, 1))
 
     _studies("studies.report", "smoke", "--runs-dir", str(runs), "--output-dir", "out",
-             cwd=tmp_path)
+             capsys=capsys)
     result = json.loads((tmp_path / "out" / "smoke.json").read_text())
     assert [(r["arm"], r["seed"]) for r in result["runs"]] == [
         ("ham_nmf", 0), ("ham_nmf", 1), ("none", 0), ("none", 1)]
@@ -320,8 +324,6 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch):
     assert cell_state(extended, runs, none, 0) == "finished"
     trained = {arm.name: (smoke.cell_dir(runs, arm, 0) / "timing.json").stat().st_mtime
                for arm in smoke.arms}
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     assert run_study(extended, runs, seeds=(0,), log=lambda *args, **kwargs: None) == []
     for arm in smoke.arms:
         assert (smoke.cell_dir(runs, arm, 0) / "timing.json").stat().st_mtime == trained[arm.name]

@@ -60,11 +60,21 @@ def environment(**extra):
     return env
 
 
-def jax_environment(devices=2, **extra):
-    """:func:`environment` for a JAX subprocess with ``devices`` virtual CPU devices."""
-    return environment(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-                       XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                       PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), **extra)
+def jax_environment(devices=2, deterministic=False, **extra):
+    """:func:`environment` for a JAX subprocess with ``devices`` virtual CPU devices;
+    ``deterministic``: in the environment ``--deterministic`` runs in (a CLI started in it
+    does not start itself again, which costs a second import of TensorFlow and JAX)."""
+    flags = [f"--xla_force_host_platform_device_count={devices}"]
+    variables = {}
+    if deterministic:
+        from kctx.training import DETERMINISTIC_ENVIRONMENT
+        from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS
+
+        flags += XLA_DETERMINISTIC_FLAGS
+        variables = dict(DETERMINISTIC_ENVIRONMENT)
+    return environment(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags),
+                       PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+                       **{**variables, **extra})
 
 
 def run_jax(args, devices=2, timeout=900):
