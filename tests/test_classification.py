@@ -180,8 +180,8 @@ def test_train_writes_model_history_and_results_that_reload(tmp_path):
     reloaded = keras.saving.load_model(tmp_path / "model.keras")
     config = get_config("digits", image_size=_TINY["image_size"])
     images = _batches(evaluation_batches(config, 8), 1)[0][0]
-    np.testing.assert_allclose(reloaded.predict(images, verbose=0),
-                               results["model"].predict(images, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(reloaded(images, training=False),
+                               results["model"](images, training=False), atol=1e-5)
     # The reported top-1 is the reloaded model's on the 359 held-out digits.
     compile_model(reloaded)
     scores = reloaded.evaluate(evaluation_batches(config), verbose=0,

@@ -34,7 +34,7 @@ def test_res345_poly_nl_trains_and_round_trips(resnet50, tmp_path):
     assert consumers == {"conv4_block6_1_conv", "conv4_block6_add"}
     x = np.random.default_rng(0).random((4, 32, 32, 3)).astype("float32")
     # β = 0: the new model starts as the old one, and shares its weights.
-    np.testing.assert_allclose(model.predict(x, verbose=0), resnet50.predict(x, verbose=0),
+    np.testing.assert_allclose(model(x, training=False), resnet50(x, training=False),
                                atol=1e-6)
     assert model.get_layer("conv1_conv") is resnet50.get_layer("conv1_conv")
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
@@ -42,7 +42,7 @@ def test_res345_poly_nl_trains_and_round_trips(resnet50, tmp_path):
     assert all(float(b.beta.numpy()) != 0.0 for b in blocks)
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
+    np.testing.assert_allclose(loaded(x, training=False), model(x, training=False),
                                atol=1e-5)
 
 

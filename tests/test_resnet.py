@@ -157,7 +157,7 @@ def test_model_saves_and_reloads(tmp_path):
     reloaded = keras.saving.load_model(path)
     assert isinstance(reloaded.get_layer("stem_pool"), PaddedMaxPooling2D)
     assert reloaded.get_layer("stem_pool").get_config()["padding"] == 1
-    np.testing.assert_allclose(reloaded.predict(x, verbose=0), model.predict(x, verbose=0),
+    np.testing.assert_allclose(reloaded(x, training=False), model(x, training=False),
                                rtol=1e-6, atol=1e-6)
 
 

@@ -95,8 +95,8 @@ def test_segmenter_with_every_context_trains_saves_and_reloads(context, tmp_path
     path = tmp_path / "model.keras"
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(reloaded.predict(images, verbose=0),
-                               model.predict(images, verbose=0), atol=1e-4)
+    np.testing.assert_allclose(reloaded(images, training=False), model(images, training=False),
+                               atol=1e-4)
 
 
 def test_bad_arguments_are_named():
@@ -215,8 +215,8 @@ def test_train_resumes_saves_and_reports_miou_and_evaluate_rescores(tmp_path):
     assert results["pixels"] > 0.9 * 16 * 64 * 64  # full 64×64 test canvases, 255s excluded
     reloaded = keras.saving.load_model(tmp_path / "model.keras")
     images, _ = digits_seg("test", num_images=2)
-    np.testing.assert_allclose(reloaded.predict(images, verbose=0),
-                               results["model"].predict(images, verbose=0), atol=1e-4)
+    np.testing.assert_allclose(reloaded(images, training=False),
+                               results["model"](images, training=False), atol=1e-4)
     assert any(m.startswith("mIoU") for m in messages)
     # segmentation.evaluate reloads the run: single-scale reproduces the score train printed.
     from segmentation.evaluate import evaluate

@@ -71,7 +71,7 @@ def test_sequence_models_build_train_and_round_trip(pooling, tmp_path):
         model.fit(x, y, epochs=1, verbose=0)
     psf.save(tmp_path / "psf.keras")
     loaded = keras.saving.load_model(tmp_path / "psf.keras")
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), psf.predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(loaded(x, training=False), psf(x, training=False), atol=1e-5)
     with pytest.raises(ValueError, match="exactly one of `input_dim`"):
         psf_sequence_model(33, input_dim=2, vocab_size=6)
     with pytest.raises(ValueError, match="Unknown `pooling`.*Received: pooling='mean'"):
@@ -100,8 +100,8 @@ def test_train_writes_the_record_and_the_model(task, model, tmp_path):
     assert stored["eval_examples"] == 200
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     x, _ = _numpy(task_batch(task, 32, 3, [0, 0]))
-    np.testing.assert_allclose(loaded.predict(x, verbose=0),
-                               record["model"].predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(loaded(x, training=False),
+                               record["model"](x, training=False), atol=1e-5)
 
 
 def test_train_main_parses_the_flags(tmp_path):
