@@ -163,6 +163,44 @@ def test_prepare_images_quantises_resizes_and_matches_channels():
     np.testing.assert_allclose(same, np.round(1.3 * 127.5) / 127.5 - 1, atol=1e-6)
 
 
+def test_digits_classifier_is_trained_once_by_processes_started_together(tmp_path,
+                                                                          monkeypatch):
+    """The cache's lock: while one process trains the classifier, another waits on the lock
+    (here: a non-blocking attempt from a second open file fails), then loads the file."""
+    import fcntl
+    import threading
+
+    from kctx.metrics import extractors
+
+    monkeypatch.setenv("KCTX_CACHE_DIR", str(tmp_path))
+    attempts, trained = [], []
+
+    def train(epochs=15, seed=0, verbose=0):
+        def try_lock():
+            with open(tmp_path / f"{extractors.DIGITS_CLASSIFIER_FILE}.lock", "a") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    attempts.append("acquired")
+                except BlockingIOError:
+                    attempts.append("waits")
+
+        other = threading.Thread(target=try_lock)
+        other.start()
+        other.join()
+        trained.append(seed)
+        return extractors.build_digits_classifier(), 0.5
+
+    monkeypatch.setattr(extractors, "train_digits_classifier", train)
+    first = extractors.digits_classifier(log=None)
+    assert attempts == ["waits"] and trained == [0]
+    assert (tmp_path / extractors.DIGITS_CLASSIFIER_FILE).exists()
+    assert not list(tmp_path.glob("*.partial.keras"))
+    second = extractors.digits_classifier(log=None)  # loaded, not trained again
+    assert trained == [0]
+    for a, b in zip(first.model.weights, second.model.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
 def test_digits_classifier_fcd_separates_real_from_noise():
     from kctx.data import digits
 

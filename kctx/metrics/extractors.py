@@ -1,5 +1,6 @@
 """Feature extractors for Fréchet distances and classifier scores."""
 
+import contextlib
 import os
 import pathlib
 
@@ -21,6 +22,23 @@ def cache_dir():
     path = pathlib.Path(os.environ.get("KCTX_CACHE_DIR", pathlib.Path.home() / ".cache" / "kctx"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def _exclusive(path):
+    """Hold an exclusive lock on the file ``path`` (created if absent) where the platform
+    has ``fcntl`` (POSIX); elsewhere, no lock."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: processes may each do the work; the rename stays atomic
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class Extractor:
@@ -256,19 +274,24 @@ def digits_classifier(weights=None, log=print):
     """The digits classifier as an extractor (FCD): loaded from ``weights`` or
     the kctx cache, trained on the digits training split and cached if absent."""
     path = pathlib.Path(weights) if weights else cache_dir() / DIGITS_CLASSIFIER_FILE
-    if path.exists():
+    if weights and not path.exists():
+        raise FileNotFoundError(f"Digits classifier weights not found: {path}")
+    model = None
+    if not path.exists():
+        # One process trains it; others started meanwhile (two runs of a study, a run and
+        # its evaluation) wait for it and load it.
+        with _exclusive(path.with_name(f"{path.name}.lock")):
+            if not path.exists():
+                model, accuracy = train_digits_classifier()
+                # Write then rename, so a process reading the cache never sees half a file.
+                partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.keras")
+                model.save(partial)
+                os.replace(partial, path)
+                if log:
+                    log(f"trained the digits classifier for FCD (test accuracy "
+                        f"{accuracy:.3f}); cached at {path}")
+    if model is None:
         model = keras.saving.load_model(path)
-    else:
-        if weights:
-            raise FileNotFoundError(f"Digits classifier weights not found: {path}")
-        model, accuracy = train_digits_classifier()
-        # Write then rename, so a process reading the cache never sees half a file.
-        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.keras")
-        model.save(partial)
-        os.replace(partial, path)
-        if log:
-            log(f"trained the digits classifier for FCD (test accuracy {accuracy:.3f}); "
-                f"cached at {path}")
     features = keras.Model(model.inputs, model.get_layer("features").output)
     return Extractor("digits_classifier", features, (32, 32), 1, logits_model=model)
 
