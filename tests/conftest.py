@@ -58,6 +58,23 @@ def pytest_configure(config):
     # running the tests: only the processes that run them log.
     _RUNS_TESTS[0] = hasattr(config, "workerinput") or not config.getoption("numprocesses",
                                                                              None)
+    if not hasattr(config, "workerinput"):
+        _compile_sources()
+
+
+def _compile_sources():
+    """Byte-compile the checkout's packages once, before the workers start: the suite starts
+    about 150 Python processes, and where PYTHONDONTWRITEBYTECODE is set (or the checkout is
+    fresh) each would compile kctx and the workflows from source again (0.5 s of a
+    process's 6 s of imports, measured here; compileall takes 0.5 s once)."""
+    import compileall
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for package in ("kctx", "gan", "segmentation", "classification", "sequence", "language",
+                    "studies", "tests"):
+        if (root / package).is_dir():
+            compileall.compile_dir(str(root / package), quiet=1)
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -90,3 +107,4 @@ def pytest_runtest_logfinish(nodeid, location):
         with open(path, "a") as log:
             log.write(f"{_status_mb('VmHWM'):.0f}\t{_status_mb('VmRSS'):.0f}\t{worker}\t"
                       f"{nodeid}\n")
+

@@ -343,19 +343,23 @@ CLI_CASES = [("segmentation", "onnx", "none"), ("classification", "litert", "int
 
 
 @pytest.mark.parametrize("name,format,quantize", CLI_CASES)
-def test_export_cli_on_a_run_of_each_workflow(name, format, quantize, tmp_path):
+def test_export_cli_on_a_run_of_each_workflow(name, format, quantize, tmp_path, capsys):
+    """``python -m W.train`` then ``python -m W.export``, their ``main`` in this process
+    (a fresh process per command would import TensorFlow and Keras twice more; the
+    workflows' CLIs run as processes in tests/test_runner.py)."""
+    import importlib
     import json
 
-    from workflow_runs import TINY, environment, finish, start
+    from workflow_runs import TINY
 
     run = tmp_path / "run"
-    status, output = finish(start(["-m", f"{name}.train", *TINY[name], "--verbose", "0",
-                                   "--model-dir", str(run)]))
-    assert status == 0, output[-3000:]
+    train = importlib.import_module(f"{name}.train")
+    assert train.main([*TINY[name], "--verbose", "0", "--model-dir", str(run)]) == 0
     flags = ["--model-dir", str(run), "--format", format, "--quantize", quantize,
              "--calibration-examples", "8"]
-    status, output = finish(start(["-m", f"{name}.export", *flags], env=environment()))
-    assert status == 0, output[-3000:]
+    capsys.readouterr()
+    assert importlib.import_module(f"{name}.export").main(flags) == 0
+    output = capsys.readouterr().out
     stem = "generator" if name == "gan" else "model"
     path = run / (f"{stem}_saved_model" if format == "tf_saved_model" else
                   f"{stem}{'' if quantize == 'none' else '_' + quantize}{SUFFIXES[format]}")
