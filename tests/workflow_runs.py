@@ -9,6 +9,9 @@ import sys
 
 import numpy as np
 
+from kctx.training import DETERMINISTIC_ENVIRONMENT
+from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # A few steps of every workflow on its embedded default data, with two checkpoints.
@@ -67,9 +70,6 @@ def jax_environment(devices=2, deterministic=False, **extra):
     flags = [f"--xla_force_host_platform_device_count={devices}"]
     variables = {}
     if deterministic:
-        from kctx.training import DETERMINISTIC_ENVIRONMENT
-        from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS
-
         flags += XLA_DETERMINISTIC_FLAGS
         variables = dict(DETERMINISTIC_ENVIRONMENT)
     return environment(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags),
