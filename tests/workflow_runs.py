@@ -67,7 +67,11 @@ def jax_environment(devices=2, deterministic=False, **extra):
     """:func:`environment` for a JAX subprocess with ``devices`` virtual CPU devices;
     ``deterministic``: in the environment ``--deterministic`` runs in (a CLI started in it
     does not start itself again, which costs a second import of TensorFlow and JAX)."""
-    flags = [f"--xla_force_host_platform_device_count={devices}"]
+    # The session's XLA_FLAGS first (tests/conftest.py's compile options), then this
+    # process's devices.
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={devices}")
     variables = {}
     if deterministic:
         flags += XLA_DETERMINISTIC_FLAGS
