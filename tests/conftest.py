@@ -3,6 +3,7 @@
 import os
 import resource
 import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -95,18 +96,21 @@ def pytest_runtest_logstart(nodeid, location):
     if os.environ.get("KCTX_TEST_MEMORY"):
         _reset_peak()
     if os.environ.get("KCTX_TEST_CPU") and _RUNS_TESTS[0]:
-        _CPU_START[nodeid] = _cpu_seconds()
+        _CPU_START[nodeid] = (_cpu_seconds(), time.time())
 
 
 def _log_cpu(nodeid):
     """With KCTX_TEST_CPU=FILE, append each test's CPU seconds in the test process and in
-    the subprocesses it waited for: where the suite's work goes, apart from how the two
-    workers' tests overlapped (a test's wall time counts the other worker's load too)."""
+    the subprocesses it waited for (where the suite's work goes, apart from how the two
+    workers' tests overlapped: a test's wall time counts the other worker's load too), then
+    the wall-clock times it started and ended and the worker (where a worker waited)."""
     path = os.environ.get("KCTX_TEST_CPU")
     if path and nodeid in _CPU_START:
-        (own, children), (own0, children0) = _cpu_seconds(), _CPU_START.pop(nodeid)
+        ((own0, children0), started), (own, children) = _CPU_START.pop(nodeid), _cpu_seconds()
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(path, "a") as log:
-            log.write(f"{own - own0:.2f}\t{children - children0:.2f}\t{nodeid}\n")
+            log.write(f"{own - own0:.2f}\t{children - children0:.2f}\t{nodeid}\t"
+                      f"{started:.2f}\t{time.time():.2f}\t{worker}\n")
 
 
 def pytest_runtest_logfinish(nodeid, location):

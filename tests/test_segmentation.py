@@ -87,9 +87,12 @@ def test_segmenter_with_every_context_trains_saves_and_reloads(context, tmp_path
     images, labels = digits_seg("train", num_images=4, image_size=32)
     outputs = model(images)
     assert outputs.shape == (4, 32, 32, DIGITS_SEG_CLASSES) and outputs.dtype == "float32"
+    # A step run eagerly: each block's traced and XLA fit steps are its layer test's
+    # (kctx.testing.run_layer_test), the traced segmenter's the workflow tests'.
     model.compile(keras.optimizers.SGD(0.01, momentum=0.9),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                             ignore_class=IGNORE_LABEL))
+                                                             ignore_class=IGNORE_LABEL),
+                  run_eagerly=True)
     history = model.fit(images, labels.astype("int32"), batch_size=4, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     path = tmp_path / "model.keras"
