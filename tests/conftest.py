@@ -18,16 +18,6 @@ configure_logical_cpus(2)
 if "KCTX_CACHE_DIR" not in os.environ:
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
 
-# The JAX subprocesses (kill and resume of every workflow, two processes, mixed precision)
-# compile the same programs again and again; JAX's persistent compilation cache, shared by the
-# session's processes, loads them instead (a tiny JAX segmentation run, beside a study: 25 s
-# warm, 61 s without the cache).
-# A loaded executable is the one XLA compiled: the cache key holds the program, the compile
-# options, the jaxlib version and XLA_FLAGS, so the deterministic runs stay what they were.
-# Every program, not only those that took a second to compile: a JAX process compiles a few
-# hundred small ones (the eager ops of building and initialising a model, each shape once),
-# which are most of a tiny run's time (a tiny GAN run: 33 s with the cache at its default 1 s
-# threshold, 21 s with every program cached).
 # XLA compiles the suite's programs (the JAX subprocesses' and TensorFlow's jit_compile ones)
 # without LLVM's costly optimisations: they are small and run a few steps, so compiling is
 # most of their time (measured here: the JAX data-parallel check 86 → 49 CPU s, a JAX layer
@@ -42,6 +32,16 @@ os.environ["XLA_FLAGS"] = " ".join(_flags + [flag for flag in FAST_COMPILE_XLA_F
                                              if flag.split("=")[0] not in
                                              {given.split("=")[0] for given in _flags}])
 
+# The JAX subprocesses (kill and resume of every workflow, two processes, mixed precision)
+# compile the same programs again and again; JAX's persistent compilation cache, shared by the
+# session's processes, loads them instead (a tiny JAX segmentation run, beside a study: 25 s
+# warm, 61 s without the cache).
+# A loaded executable is the one XLA compiled: the cache key holds the program, the compile
+# options, the jaxlib version and XLA_FLAGS, so the deterministic runs stay what they were.
+# Every program, not only those that took a second to compile: a JAX process compiles a few
+# hundred small ones (the eager ops of building and initialising a model, each shape once),
+# which are most of a tiny run's time (a tiny GAN run: 33 s with the cache at its default 1 s
+# threshold, 21 s with every program cached).
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-jax-cache-")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
