@@ -15,7 +15,7 @@ from segmentation.models import BACKBONE_NAMES, HEADS, MSCAN_BACKBONES, SEGNEXT_
 
 OPTIMIZERS = ("sgd", "adamw")
 EVAL_MODES = ("whole", "slide")
-# mmseg's SegNeXt paramwise_cfg.custom_keys: the decode head (kctx's "decode_head.*"
+# mmseg's SegNeXt paramwise_cfg.custom_keys: the decode head (kctx's "decode_head-*"
 # layers) at 10× the learning rate, MSCAN's norms (norm1, norm2, patch_embed*.norm,
 # norm1..4) without weight decay ("pos_block" matches nothing in SegNeXt).
 SEGNEXT_PARAMWISE = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0},

@@ -174,7 +174,7 @@ def segmenter(backbone="resnet50", output_stride=8, context="ham_nmf", num_class
             ``"ham_cd"``, ``"ham_vq"``, ``"self_attention"``, ``"kao_kv"``,
             ``"none"``...), which sits between the head's two 3×3 convs. For SegNeXt,
             ``"ham_nmf_light"`` (:data:`SEGNEXT_CONTEXT`) is its official Hamburger
-            (``decode_head.hamburger``: official checkpoints load) and any other block
+            (``decode_head-hamburger``: official checkpoints load) and any other block
             takes its place in the LightHamHead (``"none"``: the decoder without it).
         num_classes: logits per pixel.
         input_shape: (H, W, 3); H and W may be None (multi-scale evaluation).

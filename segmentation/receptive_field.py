@@ -47,8 +47,10 @@ from segmentation.configs import CONFIGS, get_config
 from segmentation.data import IGNORE_LABEL, load_split
 from segmentation.workflow import WORKFLOW, build_model
 
-# The context block's layer name in each head (ResNet head, SegNeXt's LightHamHead).
-CONTEXT_BLOCK_NAMES = ("context", "decode_head.hamburger", "decode_head.context")
+# The context block's layer name in each head (ResNet head, SegNeXt's LightHamHead; with
+# dots in SegNeXt models saved before its names became PyTorch-safe).
+CONTEXT_BLOCK_NAMES = ("context", "decode_head-hamburger", "decode_head-context",
+                       "decode_head.hamburger", "decode_head.context")
 # Datasets whose class 0 is the background (not an object).
 BACKGROUND_CLASS = {"digits_seg": 0, "digits_seg_large": 0, "voc": 0, "oxford_iiit_pet": 0}
 ERF_REPORTED = 0.9  # the ERF square the objects are compared with

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from kctx.checkpoints import UnsafeCheckpointError
-from kctx.convert import CheckpointMismatchError, load_segnext_weights
+from kctx.convert import CheckpointMismatchError, load_model, load_segnext_weights, module_path
+from kctx.convert.segnext import segnext_targets
 from kctx.models import MSCAN_VARIANTS, mscan, segnext
 from kctx.models.resnet import IMAGENET_MEAN, IMAGENET_STD
 from kctx.ops import initial_bases
@@ -60,7 +61,7 @@ def test_tiny_segnext_equals_the_official_whole_image_inference(checkpoint, tiny
         keras.ops.convert_to_numpy(initial_bases("nmf", (1, 64, 8), seed=0)),
         tiny_outputs["bases"])  # the dictionary the official model was run with
     model = tiny_segnext(FIXTURES / checkpoint)
-    assert model.get_layer("decode_head.hamburger").eval_steps == int(tiny_outputs["eval_steps"])
+    assert model.get_layer("decode_head-hamburger").eval_steps == int(tiny_outputs["eval_steps"])
     logits = model.predict(tiny_outputs["images"], verbose=0)
     assert logits.shape == tiny_outputs["logits"].shape == (2, 70, 90, 7)
     assert_close_to_scale(logits, tiny_outputs["logits"])
@@ -74,7 +75,7 @@ def test_segnext_t_equals_the_official_model():
     """The real-size SegNeXt-T (4.3 M parameters): the four stages and the head's logits."""
     outputs = np.load(FIXTURES / "mscan_t_outputs.npz")
     model = segnext("t", weights=FIXTURES / "mscan_t_mmseg.pth")
-    head = keras.Model(model.inputs, model.get_layer("decode_head.conv_seg").output)
+    head = keras.Model(model.inputs, model.get_layer("decode_head-conv_seg").output)
     assert_close_to_scale(head.predict(outputs["images"], verbose=0), outputs["head_logits"])
     stages = model.get_layer("backbone").predict(
         normalized_padded(outputs["images"], outputs["padded_shape"]), verbose=0)
@@ -98,7 +99,7 @@ def test_imagenet_backbone_checkpoint(tiny_outputs):
     report = load_segnext_weights(model, FIXTURES / "tiny_imagenet.pth")
     assert report["part"] == "backbone" and report["layout"] == "mmseg"
     assert {"head.weight", "head.bias"} <= set(report["skipped"])
-    for name in ("decode_head.conv_seg", "decode_head.squeeze.conv", "decode_head.hamburger"):
+    for name in ("decode_head-conv_seg", "decode_head-squeeze-conv", "decode_head-hamburger"):
         for before, after in zip(fresh.get_layer(name).weights, model.get_layer(name).weights):
             np.testing.assert_array_equal(before.numpy(), after.numpy())
     assert not np.array_equal(fresh.get_layer("backbone").weights[0].numpy(),
@@ -131,9 +132,9 @@ def test_every_key_of_the_real_variants_maps(variant, layout):
 def test_original_layout_b_and_l_get_the_original_rank():
     shapes = MANIFEST["variants"]["b"]["original_state_dict"]
     state = {key: np.zeros(shape, np.float32) for key, shape in shapes.items()}
-    assert segnext("b", weights=state).get_layer("decode_head.hamburger").rank == 64
+    assert segnext("b", weights=state).get_layer("decode_head-hamburger").rank == 64
     mmseg = {key.replace(".dwconv.dwconv.", ".dwconv."): value for key, value in state.items()}
-    assert segnext("b", weights=mmseg).get_layer("decode_head.hamburger").rank == 16
+    assert segnext("b", weights=mmseg).get_layer("decode_head-hamburger").rank == 16
 
 
 def test_a_checkpoint_that_does_not_fit_fails_with_the_names(tmp_path):
@@ -194,14 +195,14 @@ def test_keras_weights_round_trip_and_serialization(tmp_path, tiny_outputs):
     loaded = keras.saving.load_model(tmp_path / "tiny.keras")
     np.testing.assert_allclose(loaded.predict(tiny_outputs["images"], verbose=0), expected,
                                rtol=1e-6, atol=1e-6)
-    assert loaded.get_layer("decode_head.hamburger").final_relu
+    assert loaded.get_layer("decode_head-hamburger").final_relu
 
 
 def test_any_size_training_step_and_mixed_precision(tiny_outputs):
     model = tiny_segnext(FIXTURES / "tiny_mmseg.pth")
     for size in ((33, 47), (64, 64), (1, 1)):
         images = np.random.default_rng(0).uniform(0, 255, (1, *size, 3)).astype("float32")
-        assert np.asarray(model(images, training=False)).shape == (1, *size, 7)
+        assert keras.ops.convert_to_numpy(model(images, training=False)).shape == (1, *size, 7)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     labels = np.random.default_rng(1).integers(0, 7, (2, 70, 90))
@@ -213,7 +214,7 @@ def test_any_size_training_step_and_mixed_precision(tiny_outputs):
     finally:
         keras.mixed_precision.set_global_policy("float32")
     mixed.set_weights(tiny_segnext(FIXTURES / "tiny_mmseg.pth").get_weights())
-    logits = np.asarray(mixed(tiny_outputs["images"], training=False))
+    logits = keras.ops.convert_to_numpy(mixed(tiny_outputs["images"], training=False))
     assert logits.dtype == np.float32
     agreement = np.mean(logits.argmax(-1) == tiny_outputs["logits"].argmax(-1))
     assert agreement > 0.8, agreement
@@ -226,7 +227,7 @@ def test_another_context_block_in_the_light_ham_head():
     ablation = segnext(None, num_classes=7, channels=64, ham_channels=64, rank=8,
                        backbone_options=TINY, context="none")
     full = tiny_segnext()
-    ham = full.get_layer("decode_head.hamburger")
+    ham = full.get_layer("decode_head-hamburger")
     assert full.count_params() - ablation.count_params() == ham.count_params()
     load_segnext_weights(ablation, FIXTURES / "tiny_imagenet.pth")
     with pytest.raises(CheckpointMismatchError, match="decode_head.hamburger.ham_in"):
@@ -234,7 +235,7 @@ def test_another_context_block_in_the_light_ham_head():
     attention = segnext(None, num_classes=7, channels=64, ham_channels=64,
                         backbone_options=TINY, context="self_attention")
     images = np.zeros((1, 40, 40, 3), np.float32)
-    assert np.asarray(attention(images, training=False)).shape == (1, 40, 40, 7)
+    assert keras.ops.convert_to_numpy(attention(images, training=False)).shape == (1, 40, 40, 7)
 
 
 def test_segnext_layers_meet_the_layer_standards():
@@ -277,3 +278,30 @@ def test_bad_arguments_are_named(kwargs, match):
 def test_missing_checkpoint_file():
     with pytest.raises(FileNotFoundError):
         segnext("t", weights=os.path.join("no", "such.pth"))
+
+
+def test_layer_names_are_module_paths_without_dots():
+    """PyTorch's modules (and Keras on the torch backend) refuse "." in names: each layer is
+    its official module path with "-" for ".", and every key still maps back to it."""
+    model = tiny_segnext()
+    names = [layer.name for layer in model.layers + model.get_layer("backbone").layers]
+    assert not [name for name in names if "." in name]
+    assert "block1-0-attn-spatial_gating_unit-conv0_1" in names
+    assert "decode_head-hamburger" in names
+    assert module_path("block1-0-attn-proj_1") == "block1.0.attn.proj_1"
+
+
+def test_a_keras_file_saved_with_dotted_names_loads():
+    """A SegNeXt ``.keras`` file saved before the names lost their dots (by kctx at 0d130f6,
+    with its logits for one image): kctx.convert.load_model renames its layers and loads
+    its weights, on every backend."""
+    saved = pathlib.Path(__file__).parent / "fixtures" / "keras_files"
+    model = load_model(saved / "segnext_dotted_names.keras")
+    assert model.get_layer("decode_head-hamburger").rank == 4
+    assert not any("." in layer.name for layer in model.get_layer("backbone").layers)
+    expected = np.load(saved / "segnext_dotted_names.npz")
+    np.testing.assert_allclose(model.predict(expected["images"], verbose=0), expected["logits"],
+                               rtol=1e-5, atol=1e-5)
+    targets = segnext_targets(model)  # the official keys, from the renamed layers
+    assert len({id(variable) for variable, _ in targets.values()}) == len(model.weights)
+    assert "backbone.block1.0.attn.spatial_gating_unit.conv0_1.weight" in targets

@@ -29,6 +29,7 @@ from kctx.bench.standalone import (
     UPSAMPLE,
     depthwise_kind,
 )
+from kctx.convert.porting import module_path
 from kctx.layers.hamburger import Hamburger
 from kctx.layers.layer_scale import LayerScale
 from kctx.layers.resize import ResizeToMatch
@@ -43,7 +44,7 @@ LAYER_KINDS = (
 
 def keras_layer_kind(layer):
     """The :data:`LAYER_KINDS` entry of a layer of :func:`kctx.models.segnext`."""
-    head = layer.name.startswith("decode_head.")
+    head = module_path(layer.name).startswith("decode_head.")
     if isinstance(layer, keras.layers.DepthwiseConv2D):
         return depthwise_kind(*layer.kernel_size)
     if isinstance(layer, keras.layers.Conv2D):

@@ -15,7 +15,34 @@ name, so a model module can call its converter without a cycle.
 import keras
 import numpy as np
 
-__all__ = ["CheckpointMismatchError", "port_weights", "torch_layer_targets"]
+__all__ = ["CheckpointMismatchError", "keras_name", "module_path", "port_weights",
+           "torch_layer_targets"]
+
+# PyTorch's modules refuse "." in a name, and so does Keras on the torch backend (a layer's
+# variables become parameters of a torch module): a PyTorch module path becomes a Keras
+# layer name with "-" for ".", which module paths never hold, so the mapping is reversible.
+MODULE_SEPARATOR = "-"
+
+
+def keras_name(path):
+    """The Keras layer name of the PyTorch module ``path``: its "." become "-".
+
+    Example:
+        >>> keras_name("block1.0.attn.proj_1")
+        'block1-0-attn-proj_1'
+    """
+    return path.replace(".", MODULE_SEPARATOR)
+
+
+def module_path(name):
+    """The PyTorch module path of a layer named by :func:`keras_name` (a name that already
+    holds the path, as models saved before names lost their dots do, is returned as it is).
+
+    Example:
+        >>> module_path("block1-0-attn-proj_1"), module_path("block1.0.attn.proj_1")
+        ('block1.0.attn.proj_1', 'block1.0.attn.proj_1')
+    """
+    return name.replace(MODULE_SEPARATOR, ".")
 
 
 class CheckpointMismatchError(ValueError):

@@ -1,9 +1,11 @@
 """Official SegNeXt checkpoints → :func:`kctx.models.segnext` and :func:`kctx.models.mscan`.
 
-The Keras layers carry the official module paths as names (``block1.0.attn.proj_1``,
-``decode_head.squeeze.conv``), so a tensor's key is its layer's name and PyTorch's
-parameter name (:func:`kctx.convert.torch_layer_targets`), with two exceptions: a
-LayerScale's γ is the key itself (``block1.0.layer_scale_1``), and the Hamburger keeps
+The Keras layers carry the official module paths as names, "." written "-" (PyTorch's
+modules, and Keras on the torch backend, refuse dots: ``block1-0-attn-proj_1`` for
+``block1.0.attn.proj_1``; :func:`kctx.convert.porting.keras_name`), so a tensor's key is
+its layer's module path and PyTorch's parameter name
+(:func:`kctx.convert.torch_layer_targets`), with two exceptions: a LayerScale's γ is the
+key itself (``block1.0.layer_scale_1``), and the Hamburger keeps
 as matrices the 1×1 convs of its breads (``decode_head.hamburger.ham_in.conv.weight``,
 ``.ham_out.conv.weight``) and its GroupNorm (``.ham_out.gn.weight``, ``.bias``).
 
@@ -28,8 +30,8 @@ import keras
 import numpy as np
 
 from kctx.checkpoints import torch_state_dict
-from kctx.convert.porting import (CheckpointMismatchError, dense_kernel, port_weights,
-                                  torch_layer_targets)
+from kctx.convert.porting import (CheckpointMismatchError, dense_kernel, module_path,
+                                  port_weights, torch_layer_targets)
 from kctx.layers.hamburger import Hamburger
 from kctx.layers.layer_scale import LayerScale
 
@@ -75,7 +77,7 @@ def _matrix_of_1x1_conv(weight):
 
 
 def _hamburger_targets(layer):
-    name = layer.name
+    name = module_path(layer.name)
     return {f"{name}.ham_in.conv.weight": (layer.lower_bread_kernel, _matrix_of_1x1_conv),
             f"{name}.ham_in.conv.bias": (layer.lower_bread_bias, None),
             f"{name}.ham_out.conv.weight": (layer.upper_bread_kernel, _matrix_of_1x1_conv),
@@ -95,14 +97,14 @@ def segnext_targets(model):
     targets = {}
     for layer in model.layers:
         if isinstance(layer, keras.Model):  # segnext()'s backbone
-            targets.update({f"{layer.name}.{key}": target
+            targets.update({f"{module_path(layer.name)}.{key}": target
                             for key, target in segnext_targets(layer).items()})
         elif isinstance(layer, Hamburger):
             targets.update(_hamburger_targets(layer))
         elif isinstance(layer, LayerScale):
-            targets[layer.name] = (layer.scale, None)
+            targets[module_path(layer.name)] = (layer.scale, None)
         elif layer.weights:
-            targets.update(torch_layer_targets(layer, layer.name))
+            targets.update(torch_layer_targets(layer, module_path(layer.name)))
     return targets
 
 

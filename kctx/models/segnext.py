@@ -10,16 +10,18 @@ official pipeline's ImageNet normalisation and whole-image inference inside.
 Both follow mmsegmentation 1.2.2 (``mmseg/models/backbones/mscan.py``,
 ``decode_heads/ham_head.py``, the ``segnext_mscan-{t,s,b,l}`` ADE20K configs) and the
 original repository (Visual-Attention-Network/SegNeXt) layer for layer; the Keras
-layers carry the official module paths as names (``block1.0.attn.proj_1``,
-``decode_head.hamburger``), so :func:`kctx.convert.load_segnext_weights` maps a
-checkpoint onto them one to one. ``tools/segnext_fixtures.py`` runs the official code to
-write the fixtures the tests compare against.
+layers carry the official module paths as names, "." written "-" (PyTorch refuses dots
+in module names: ``block1-0-attn-proj_1``, ``decode_head-hamburger``), so
+:func:`kctx.convert.load_segnext_weights` maps a checkpoint onto them one to one.
+``tools/segnext_fixtures.py`` runs the official code to write the fixtures the tests
+compare against.
 """
 
 import keras
 import numpy as np
 from keras import ops
 
+from kctx.convert.porting import keras_name
 from kctx.convert.segnext import checkpoint_layout, load_segnext_weights, read_checkpoint
 from kctx.layers.context_block import context_block
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
@@ -156,15 +158,15 @@ class UpsampleLogits(keras.layers.Layer):
 def _patch_embedding(x, filters, name):
     """A 3×3/2 conv with PyTorch's symmetric zero padding 1 (TensorFlow's "same" pads a
     stride-2 conv of an even size at the bottom / right only)."""
-    return padded_conv2d(x, filters, 3, name, f"{name}.pad", strides=2)
+    return padded_conv2d(x, filters, 3, keras_name(name), keras_name(f"{name}.pad"), strides=2)
 
 
 def _gelu(name):
-    return keras.layers.Activation(gelu, name=name)
+    return keras.layers.Activation(gelu, name=keras_name(name))
 
 
 def _depthwise(x, kernel_size, name):
-    return keras.layers.DepthwiseConv2D(kernel_size, padding="same", name=name)(x)
+    return keras.layers.DepthwiseConv2D(kernel_size, padding="same", name=keras_name(name))(x)
 
 
 def _msca(x, name):
@@ -176,39 +178,39 @@ def _msca(x, name):
     for index, size in enumerate(STRIP_KERNELS):
         branch = _depthwise(attention, (1, size), f"{name}.conv{index}_1")
         branches.append(_depthwise(branch, (size, 1), f"{name}.conv{index}_2"))
-    attention = keras.layers.Add(name=f"{name}.sum")(branches)
-    attention = keras.layers.Conv2D(x.shape[-1], 1, name=f"{name}.conv3")(attention)
-    return keras.layers.Multiply(name=f"{name}.gate")([attention, x])
+    attention = keras.layers.Add(name=keras_name(f"{name}.sum"))(branches)
+    attention = keras.layers.Conv2D(x.shape[-1], 1, name=keras_name(f"{name}.conv3"))(attention)
+    return keras.layers.Multiply(name=keras_name(f"{name}.gate"))([attention, x])
 
 
 def _branch(x, residual, scale_name, drop_path, name):
-    x = LayerScale(LAYER_SCALE_INIT, name=scale_name)(x)
+    x = LayerScale(LAYER_SCALE_INIT, name=keras_name(scale_name))(x)
     if drop_path > 0:  # stochastic depth: whole samples dropped, the rest scaled by 1/(1-p)
         x = keras.layers.Dropout(drop_path, noise_shape=(None, 1, 1, 1),
-                                 name=f"{name}.drop_path")(x)
-    return keras.layers.Add(name=f"{name}.add")([residual, x])
+                                 name=keras_name(f"{name}.drop_path"))(x)
+    return keras.layers.Add(name=keras_name(f"{name}.add"))([residual, x])
 
 
 def _mscan_block(x, mlp_ratio, drop_rate, drop_path, name, synchronized):
     """x + γ₁·SpatialAttention(BN(x)), then x + γ₂·MLP(BN(x)) (MSCAN, Fig. 2 (a))."""
     channels = x.shape[-1]
-    h = batch_norm(f"{name}.norm1", synchronized)(x)
-    a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_1")(h)
+    h = batch_norm(keras_name(f"{name}.norm1"), synchronized)(x)
+    a = keras.layers.Conv2D(channels, 1, name=keras_name(f"{name}.attn.proj_1"))(h)
     a = _gelu(f"{name}.attn.activation")(a)
     a = _msca(a, f"{name}.attn.spatial_gating_unit")
-    a = keras.layers.Conv2D(channels, 1, name=f"{name}.attn.proj_2")(a)
-    a = keras.layers.Add(name=f"{name}.attn.shortcut")([a, h])  # its own input: BN(x)
+    a = keras.layers.Conv2D(channels, 1, name=keras_name(f"{name}.attn.proj_2"))(a)
+    a = keras.layers.Add(name=keras_name(f"{name}.attn.shortcut"))([a, h])  # its own input: BN(x)
     x = _branch(a, x, f"{name}.layer_scale_1", drop_path, f"{name}.attn")
-    h = batch_norm(f"{name}.norm2", synchronized)(x)
+    h = batch_norm(keras_name(f"{name}.norm2"), synchronized)(x)
     hidden = int(channels * mlp_ratio)
-    m = keras.layers.Conv2D(hidden, 1, name=f"{name}.mlp.fc1")(h)
+    m = keras.layers.Conv2D(hidden, 1, name=keras_name(f"{name}.mlp.fc1"))(h)
     m = _depthwise(m, 3, f"{name}.mlp.dwconv")
     m = _gelu(f"{name}.mlp.act")(m)
     if drop_rate > 0:
-        m = keras.layers.Dropout(drop_rate, name=f"{name}.mlp.drop1")(m)
-    m = keras.layers.Conv2D(channels, 1, name=f"{name}.mlp.fc2")(m)
+        m = keras.layers.Dropout(drop_rate, name=keras_name(f"{name}.mlp.drop1"))(m)
+    m = keras.layers.Conv2D(channels, 1, name=keras_name(f"{name}.mlp.fc2"))(m)
     if drop_rate > 0:
-        m = keras.layers.Dropout(drop_rate, name=f"{name}.mlp.drop2")(m)
+        m = keras.layers.Dropout(drop_rate, name=keras_name(f"{name}.mlp.drop2"))(m)
     return _branch(m, x, f"{name}.layer_scale_2", drop_path, f"{name}.mlp")
 
 
@@ -289,16 +291,16 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
     rates = np.linspace(0.0, settings["drop_path_rate"], sum(depths)).tolist()
     inputs = keras.Input(input_shape, name="images")
     x = _patch_embedding(inputs, embed_dims[0] // 2, "patch_embed1.proj.0")
-    x = batch_norm("patch_embed1.proj.1", synchronized_batch_norm)(x)
+    x = batch_norm(keras_name("patch_embed1.proj.1"), synchronized_batch_norm)(x)
     x = _gelu("patch_embed1.proj.2")(x)
     x = _patch_embedding(x, embed_dims[0], "patch_embed1.proj.3")
-    x = batch_norm("patch_embed1.proj.4", synchronized_batch_norm)(x)
+    x = batch_norm(keras_name("patch_embed1.proj.4"), synchronized_batch_norm)(x)
     stages, block = [], 0
     for stage, (channels, depth, mlp_ratio) in enumerate(zip(embed_dims, depths, mlp_ratios),
                                                          start=1):
         if stage > 1:
             x = _patch_embedding(x, channels, f"patch_embed{stage}.proj")
-            x = batch_norm(f"patch_embed{stage}.norm", synchronized_batch_norm)(x)
+            x = batch_norm(keras_name(f"patch_embed{stage}.norm"), synchronized_batch_norm)(x)
         for index in range(depth):
             x = _mscan_block(x, mlp_ratio, drop_rate, rates[block], f"block{stage}.{index}",
                              synchronized_batch_norm)
@@ -312,9 +314,10 @@ def mscan(variant="t", weights=None, input_shape=(None, None, 3), embed_dims=Non
 
 
 def _conv_gn_relu(x, filters, name, groups):
-    x = keras.layers.Conv2D(filters, 1, use_bias=False, name=f"{name}.conv")(x)
-    x = keras.layers.GroupNormalization(groups, epsilon=NORM_EPSILON, name=f"{name}.gn")(x)
-    return keras.layers.ReLU(name=f"{name}.activate")(x)
+    x = keras.layers.Conv2D(filters, 1, use_bias=False, name=keras_name(f"{name}.conv"))(x)
+    x = keras.layers.GroupNormalization(groups, epsilon=NORM_EPSILON,
+                                        name=keras_name(f"{name}.gn"))(x)
+    return keras.layers.ReLU(name=keras_name(f"{name}.activate"))(x)
 
 
 def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=RANK,
@@ -349,20 +352,22 @@ def light_ham_head(features, num_classes, channels=256, ham_channels=256, rank=R
     """
     levels = features[1:]
     reference = levels[0]
-    resized = [reference] + [ResizeToMatch(name=f"decode_head.resize{i}")([level, reference])
-                             for i, level in enumerate(levels[1:], start=3)]
-    x = keras.layers.Concatenate(name="decode_head.concat")(resized)
+    resized = [reference] + [
+        ResizeToMatch(name=keras_name(f"decode_head.resize{i}"))([level, reference])
+        for i, level in enumerate(levels[1:], start=3)]
+    x = keras.layers.Concatenate(name=keras_name("decode_head.concat"))(resized)
     x = _conv_gn_relu(x, ham_channels, "decode_head.squeeze", norm_groups)
     if context is None:
         options = dict(OFFICIAL_VARIANTS["light"], rank=rank, norm_groups=norm_groups, seed=0)
         options.update(ham_options or {})
-        x = Hamburger(**options, name="decode_head.hamburger")(x)
+        x = Hamburger(**options, name=keras_name("decode_head.hamburger"))(x)
     else:
         x = context_block(context, recipe="segmentation", channels=ham_channels,
-                          name="decode_head.context", **(ham_options or {}))(x)
+                          name=keras_name("decode_head.context"), **(ham_options or {}))(x)
     x = _conv_gn_relu(x, channels, "decode_head.align", norm_groups)
-    x = keras.layers.SpatialDropout2D(dropout_rate, name="decode_head.dropout")(x)
-    return keras.layers.Conv2D(num_classes, 1, name="decode_head.conv_seg")(x)
+    x = keras.layers.SpatialDropout2D(dropout_rate,
+                                      name=keras_name("decode_head.dropout"))(x)
+    return keras.layers.Conv2D(num_classes, 1, name=keras_name("decode_head.conv_seg"))(x)
 
 
 def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None, 3),

@@ -44,7 +44,7 @@ def paramwise_multipliers(name, paramwise):
 
     Args:
         name: the weight's name (a Keras variable's ``path``, e.g.
-            ``"decode_head.conv_seg/kernel"``).
+            ``"decode_head-conv_seg/kernel"``).
         paramwise: the custom keys, or None.
 
     Returns:
@@ -52,9 +52,9 @@ def paramwise_multipliers(name, paramwise):
 
     Examples:
         >>> keys = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0}}
-        >>> paramwise_multipliers("block1.0.norm1/gamma", keys)
+        >>> paramwise_multipliers("block1-0-norm1/gamma", keys)
         (1.0, 0.0)
-        >>> paramwise_multipliers("decode_head.hamburger/norm/gamma", keys)  # "head" < "norm"
+        >>> paramwise_multipliers("decode_head-hamburger/norm/gamma", keys)  # "head" < "norm"
         (10.0, 1.0)
 
     Reference:
