@@ -44,10 +44,12 @@ def digits(split="train", image_size=32):
     cut = int(round(DIGITS_TRAIN_FRACTION * len(images)))
     index = {"train": order[:cut], "test": order[cut:], "all": order}[split]
     images, labels = images[index], labels[index]
-    if image_size != 8:
-        import tensorflow as tf
+    if image_size != 8:  # tf.image.resize's bilinear sampling, on every backend
+        import keras
 
-        images = tf.image.resize(images, (image_size, image_size), method="bilinear").numpy()
+        from kctx.ops.resize import resize_bilinear
+
+        images = keras.ops.convert_to_numpy(resize_bilinear(images, (image_size, image_size)))
         images = np.clip(images, -1.0, 1.0).astype("float32")
     return images, labels
 

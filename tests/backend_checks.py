@@ -1,27 +1,53 @@
-"""Run by tests/test_jax_backend.py in a subprocess with KERAS_BACKEND=jax.
+"""Checks of kctx.ops, kctx.layers, kctx.models and kctx.metrics on the JAX and PyTorch
+backends, run by tests/test_backends.py with pytest in subprocesses (Keras picks its
+backend at import): ``KERAS_BACKEND=torch python without_tensorflow.py -m pytest
+backend_checks.py``. TensorFlow's own run of the same checks is the rest of the suite.
 
-kctx.ops is pure keras.ops and kctx.layers wraps it with weights: both must
-run under JAX, numerically equal to the NumPy reference of the paper.
+kctx.ops is pure keras.ops and kctx.layers wraps it with weights: both must run on every
+backend, numerically equal to the NumPy reference of the paper.
 """
 
 import keras
 import numpy as np
+import pytest
 
+import fid_inception_check
 import numpy_reference as ref
-from kctx.layers import CausalHamburger, Hamburger, context_block
+from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
 from kctx.ops import causal_nmf, causal_nmf_step, initial_causal_state, matrix_decomposition, \
     poly_nl
+from kctx.testing import run_layer_test
 
-assert keras.backend.backend() == "jax", keras.backend.backend()
-
+BACKEND = keras.backend.backend()
+# Keras trains with XLA on JAX (jit_compile="auto"); on PyTorch jit_compile=True would be
+# torch.compile, which is not what a PyTorch user of Keras gets by default.
+JIT = BACKEND == "jax"
 rng = np.random.default_rng(0)
-x = rng.uniform(size=(2, 12, 6))
-x /= x.max(axis=(1, 2), keepdims=True)
-bases = rng.uniform(size=(2, 6, 3))
-bases /= np.linalg.norm(bases, axis=1, keepdims=True)
-for method, temperature in (("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)):
-    got = np.asarray(matrix_decomposition(x, bases, method=method, steps=4,
-                                          temperature=temperature))
+
+
+def test_not_on_tensorflow():
+    assert BACKEND in ("jax", "torch"), BACKEND
+
+
+@pytest.mark.parametrize("name", context_block_names())
+def test_layer_battery(name):
+    """``run_layer_test`` on every registered context block as ``context_block(name)``
+    builds it (on JAX, tests/jax_layer_battery.py runs it over 2 devices instead)."""
+    layer = context_block(name)
+    init_kwargs = {key: value for key, value in layer.get_config().items()
+                   if key not in ("name", "trainable", "dtype")}
+    # 32 channels: ham_nmf_light's group norm has SegNeXt's 32 groups.
+    run_layer_test(type(layer), init_kwargs, (2, 4, 4, 32))
+
+
+@pytest.mark.parametrize("method,temperature", [("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)])
+def test_matrix_decomposition_equals_the_numpy_reference(method, temperature):
+    x = rng.uniform(size=(2, 12, 6)).astype("float32")
+    x /= x.max(axis=(1, 2), keepdims=True)
+    bases = rng.uniform(size=(2, 6, 3)).astype("float32")
+    bases /= np.linalg.norm(bases, axis=1, keepdims=True)
+    got = keras.ops.convert_to_numpy(matrix_decomposition(x, bases, method=method, steps=4,
+                                                          temperature=temperature))
     for b in range(2):
         X, D = x[b].T, bases[b]
         expected = {"nmf": lambda: ref.nmf(X, D, 4)[0],
@@ -29,67 +55,120 @@ for method, temperature in (("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)):
                     "cd": lambda: ref.cd(X, D, 4, temperature, 0.1)[0]}[method]()
         np.testing.assert_allclose(got[b], expected.T, rtol=1e-5, atol=1e-6)
 
-z = rng.standard_normal((2, 6, 6, 16)).astype("float32")
-for name, kwargs in (("ham_nmf", dict(rank=4, seed=0)), ("ham_cd", dict(rank=4, init="online")),
-                     ("self_attention", {}), ("poly_nl", dict(beta_initializer="ones")),
-                     ("non_local", {}), ("efficient_non_local", dict(num_heads=2)),
-                     ("latent_gnn", dict(latent_dim=4))):
+
+Z = rng.standard_normal((2, 6, 6, 16)).astype("float32")
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("ham_nmf", dict(rank=4, seed=0)), ("ham_cd", dict(rank=4, init="online")),
+    ("self_attention", {}), ("poly_nl", dict(beta_initializer="ones")), ("non_local", {}),
+    ("efficient_non_local", dict(num_heads=2)), ("latent_gnn", dict(latent_dim=4))])
+def test_context_block_fits_in_a_functional_model(name, kwargs):
     inputs = keras.Input((None, None, 16))
     model = keras.Model(inputs, context_block(name, **kwargs)(inputs))
-    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
-    loss = model.fit(z, z[::-1], epochs=1, verbose=0).history["loss"][0]
+    model.compile(optimizer="sgd", loss="mse", jit_compile=JIT)
+    loss = model.fit(Z, Z[::-1], epochs=1, verbose=0).history["loss"][0]
     assert np.isfinite(loss), (name, loss)
-    assert np.all(np.isfinite(model.predict(z, verbose=0))), name
+    assert np.all(np.isfinite(model.predict(Z, verbose=0))), name
 
-w1, w2, w3 = (rng.standard_normal((16, 16)).astype("float32") for _ in range(3))
-got = np.asarray(poly_nl(z, w1, w2, w3))
-for b in range(2):
-    expected = ref.poly_nl_elementwise(z[b].reshape(-1, 16).astype("float64"), w1, w2, w3)
-    np.testing.assert_allclose(got[b].reshape(-1, 16), expected, rtol=1e-4, atol=1e-4)
 
-layer = Hamburger(rank=3, init="online", seed=0)
-layer.build(z.shape)
-before = np.asarray(layer.bases.value).copy()
-layer(z, training=True)
-assert not np.allclose(before, np.asarray(layer.bases.value)), "online bases did not move"
-# The causal ham: its per-position definition, exact causality, the recurrent form, and the
-# layer's fit step under jit.
-sequence = rng.uniform(size=(2, 8, 6)).astype("float32")
-causal = np.asarray(causal_nmf(sequence, bases[0], steps=3))
-for b in range(2):
-    expected = ref.causal_nmf(sequence[b].T.astype("float64"), bases[0], 3).T
-    np.testing.assert_allclose(causal[b], expected, rtol=2e-5, atol=1e-6)
-changed = sequence.copy()
-changed[:, 5:] *= 3.0
-np.testing.assert_array_equal(np.asarray(causal_nmf(changed, bases[0], steps=3))[:, :5],
-                              causal[:, :5])
-state, steps = initial_causal_state(2, 6, 3, steps=3), []
-for t in range(8):
-    y_t, state = causal_nmf_step(sequence[:, t], bases[0], state, steps=3)
-    steps.append(np.asarray(y_t))
-np.testing.assert_allclose(np.stack(steps, axis=1), causal, rtol=1e-5, atol=1e-6)
-inputs = keras.Input((None, 16))
-model = keras.Model(inputs, CausalHamburger(rank=4, steps=3, norm="layer")(inputs))
-model.compile(optimizer="sgd", loss="mse", jit_compile=True)
-tokens = rng.standard_normal((2, 10, 16)).astype("float32")
-assert np.isfinite(model.fit(tokens, tokens[::-1], epochs=1, verbose=0).history["loss"][0])
-# The decoder language model with each token mixer: scoring (the parallel forms) equals
-# stepping (the recurrent forms), and a fit step under jit.
-from kctx.models import MIXERS, CausalLanguageModel  # noqa: E402
+def test_poly_nl_equals_the_numpy_reference():
+    w1, w2, w3 = (rng.standard_normal((16, 16)).astype("float32") for _ in range(3))
+    got = keras.ops.convert_to_numpy(poly_nl(Z, w1, w2, w3))
+    for b in range(2):
+        expected = ref.poly_nl_elementwise(Z[b].reshape(-1, 16).astype("float64"), w1, w2, w3)
+        np.testing.assert_allclose(got[b].reshape(-1, 16), expected, rtol=1e-4, atol=1e-4)
 
-text = rng.integers(0, 11, (2, 6)).astype("int32")
-for mixer in MIXERS:
-    language_model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=1,
-                                         mixer=mixer)
-    logits = np.asarray(language_model(text))
-    states, stepped = language_model.initial_state(2), []
-    for t in range(6):
-        step_logits, states = language_model.step(text[:, t], states)
-        stepped.append(np.asarray(step_logits))
-    np.testing.assert_allclose(np.stack(stepped, axis=1), logits, rtol=1e-4, atol=1e-4)
-    language_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                           jit_compile=True)
-    assert np.isfinite(language_model.fit(text[:, :-1], text[:, 1:], verbose=0)
-                       .history["loss"][0]), mixer
-    assert np.asarray(language_model.generate(text[:, :2], 3, seed=0)).shape == (2, 5)
-print("JAX_BACKEND_OK")
+
+def test_online_bases_move_in_training():
+    layer = Hamburger(rank=3, init="online", seed=0)
+    layer.build(Z.shape)
+    before = keras.ops.convert_to_numpy(layer.bases.value).copy()
+    layer(Z, training=True)
+    assert not np.allclose(before, keras.ops.convert_to_numpy(layer.bases.value))
+
+
+def test_causal_ham_is_causal_recurrent_and_trains():
+    """The causal ham: its per-position definition, exact causality, the recurrent form,
+    and the layer's fit step."""
+    bases = rng.uniform(size=(6, 3))
+    bases /= np.linalg.norm(bases, axis=0, keepdims=True)
+    sequence = rng.uniform(size=(2, 8, 6)).astype("float32")
+    causal = keras.ops.convert_to_numpy(causal_nmf(sequence, bases, steps=3))
+    for b in range(2):
+        expected = ref.causal_nmf(sequence[b].T.astype("float64"), bases, 3).T
+        np.testing.assert_allclose(causal[b], expected, rtol=2e-5, atol=1e-6)
+    changed = sequence.copy()
+    changed[:, 5:] *= 3.0
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(causal_nmf(changed, bases, steps=3))[:, :5], causal[:, :5])
+    state, steps = initial_causal_state(2, 6, 3, steps=3), []
+    for t in range(8):
+        y_t, state = causal_nmf_step(sequence[:, t], bases, state, steps=3)
+        steps.append(keras.ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(steps, axis=1), causal, rtol=1e-5, atol=1e-6)
+    inputs = keras.Input((None, 16))
+    model = keras.Model(inputs, CausalHamburger(rank=4, steps=3, norm="layer")(inputs))
+    model.compile(optimizer="sgd", loss="mse", jit_compile=JIT)
+    tokens = rng.standard_normal((2, 10, 16)).astype("float32")
+    assert np.isfinite(model.fit(tokens, tokens[::-1], epochs=1, verbose=0).history["loss"][0])
+
+
+def test_language_model_scores_as_it_steps_with_every_mixer():
+    """The decoder language model with each token mixer: scoring (the parallel forms) equals
+    stepping (the recurrent forms), a fit step, and generation."""
+    from kctx.models import MIXERS, CausalLanguageModel
+
+    text = rng.integers(0, 11, (2, 6)).astype("int32")
+    for mixer in MIXERS:
+        language_model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=1,
+                                             mixer=mixer)
+        logits = keras.ops.convert_to_numpy(language_model(text))
+        states, stepped = language_model.initial_state(2), []
+        for t in range(6):
+            step_logits, states = language_model.step(text[:, t], states)
+            stepped.append(keras.ops.convert_to_numpy(step_logits))
+        np.testing.assert_allclose(np.stack(stepped, axis=1), logits, rtol=1e-4, atol=1e-4)
+        language_model.compile("adam",
+                               keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                               jit_compile=JIT)
+        assert np.isfinite(language_model.fit(text[:, :-1], text[:, 1:], verbose=0)
+                           .history["loss"][0]), mixer
+        generated = language_model.generate(text[:, :2], 3, seed=0)
+        assert tuple(keras.ops.shape(generated)) == (2, 5)
+
+
+def test_fid_inception_equals_the_official_code():
+    """The FID Inception's inputs under the three resizes, and its pool3 features and
+    logits under TensorFlow's, against torch-fidelity's and pytorch-fid's
+    (tests/fid_inception_check.py; TensorFlow's test runs the network under all three)."""
+    errors = fid_inception_check.check_inputs_and_features(network_resizes=("tensorflow",))
+    assert len(errors) == 2 * 3 + 2 * 2
+    fid_inception_check.check_fid_inception_input_modes()
+
+
+def test_fid_is_and_kid_equal_the_official_code():
+    assert len(fid_inception_check.check_metrics()) == 10
+
+
+def test_frechet_distance_streams_in_float64():
+    """FrechetInceptionDistance over a Keras model's features, streamed in batches: float64
+    sums (on the host off TensorFlow: JAX has no float64 without x64) equal to the one-shot
+    Fréchet distance of the same features."""
+    from kctx.metrics import FrechetInceptionDistance, frechet_distance
+
+    inputs = keras.Input((8, 8, 1))
+    features = keras.layers.Dense(6)(keras.layers.Flatten()(inputs))
+    extractor = keras.Model(inputs, features, name="tiny_features")
+    real = rng.uniform(-1, 1, (300, 8, 8, 1)).astype("float32")
+    generated = np.clip(real[:200] + rng.normal(0, 0.3, real[:200].shape), -1, 1) \
+        .astype("float32")
+    fid = FrechetInceptionDistance(extractor)
+    for start in range(0, 300, 100):
+        fid.update_state(real[start:start + 100], None)
+    fid.update_state(None, generated)
+    features = [keras.ops.convert_to_numpy(fid.features(x)).astype(np.float64)
+                for x in (real, generated)]
+    expected = frechet_distance(*(statistic for f in features
+                                  for statistic in (f.mean(0), np.cov(f, rowvar=False))))
+    assert float(fid.result()) == pytest.approx(expected, rel=1e-4)

@@ -1,4 +1,7 @@
-"""Session set-up: quiet TensorFlow and two logical CPUs for MirroredStrategy."""
+"""Session set-up: quiet TensorFlow and two logical CPUs for MirroredStrategy.
+
+The suite runs on TensorFlow; tests/test_backends.py runs test modules of it again on JAX
+and PyTorch (``KERAS_BACKEND``), in processes where TensorFlow cannot be imported."""
 
 import os
 import resource
@@ -8,10 +11,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kctx.testing import configure_logical_cpus  # noqa: E402
+if os.environ["KERAS_BACKEND"] == "tensorflow":
+    from kctx.testing import configure_logical_cpus
 
-# Must run before TensorFlow initialises its devices.
-configure_logical_cpus(2)
+    # Must run before TensorFlow initialises its devices.
+    configure_logical_cpus(2)
 
 # Cached artefacts (e.g. the digits classifier of the FCD) go to a per-session
 # directory, never to the user's home.

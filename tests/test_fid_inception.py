@@ -1,6 +1,7 @@
 """FID / IS / KID with the field's Inception network: the resizes against their reference
 implementations, the Keras network against torch-fidelity's and pytorch-fid's outputs
-(tests/fid_inception_check.py, on TensorFlow here and on JAX in a subprocess), the
+(tests/fid_inception_check.py, on TensorFlow here, on JAX and PyTorch in
+tests/test_backends.py), the
 strict weight port, reference statistics files, GenerativeMetrics and the GAN workflow."""
 
 import warnings
@@ -19,7 +20,6 @@ from kctx.metrics import (FrechetInceptionDistance, GenerativeMetrics, Reference
 from kctx.models import fid_inception_v3
 from kctx.ops.fid_resize import (resize_bicubic_pil, resize_bilinear_tf1,
                                  resize_bilinear_torch)
-from workflow_runs import run_jax
 
 SIZES = [((32, 32), (299, 299)), ((400, 250), (299, 299)), ((7, 13), (5, 29)), ((5, 5), (5, 5))]
 
@@ -51,10 +51,6 @@ def test_pil_bicubic_is_pillows_float_resize(size, out):
 def test_fid_inception_equals_the_official_code_on_tensorflow():
     errors = check.check_inputs_and_features()
     assert len(errors) == 2 * 3 * 3
-
-
-def test_fid_inception_equals_the_official_code_on_jax():
-    assert "FID_INCEPTION_OK jax" in run_jax([str(check.__file__)], devices=1)
 
 
 def test_fid_is_kid_equal_torch_fidelity_and_pytorch_fid():

@@ -18,8 +18,8 @@ PACKAGES = (LIBRARY, *WORKFLOWS, "studies", "tools")
 # rank, never a higher one (so none of two parts of one rank imports the other).
 RANKS = {
     "validation": 0, "arguments": 0,
-    "ops": 1, "checkpoints": 1, "data": 1, "export": 1, "distribute": 1,
-    "layers": 2, "sf": 2, "testing": 3, "": 3,  # "": kctx/__init__.py (layers, ops)
+    "ops": 1, "checkpoints": 1, "export": 1, "distribute": 1,
+    "layers": 2, "sf": 2, "data": 2, "testing": 3, "": 3,  # "": kctx/__init__.py (layers, ops)
     "convert": 4,
     "models": 5,
     "metrics": 6, "profile": 6,

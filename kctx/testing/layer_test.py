@@ -7,6 +7,9 @@ outputs, ``jit_compile=True`` (XLA), ``mixed_bfloat16`` and one ``fit`` step on
 2 replicas: under a ``tf.distribute.MirroredStrategy`` on TensorFlow, under
 ``keras.distribution.DataParallel`` on JAX (on CPU, 2 virtual devices:
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2``).
+
+On PyTorch, Keras' ``jit_compile=True`` is ``torch.compile``, not XLA, and Keras (3.15)
+has no distribution API: the XLA and 2-replica checks are TensorFlow's and JAX's.
 """
 
 import json
@@ -155,9 +158,11 @@ def run_layer_test(
         run_training: the one-step ``fit`` check.
         run_saving: the ``.keras`` save / load check.
         run_xla: the ``jit_compile=True`` check (on JAX, the fit step of
-            ``run_training`` is compiled with XLA already, as Keras trains there).
+            ``run_training`` is compiled with XLA already, as Keras trains there; on
+            PyTorch there is no XLA).
         run_mixed_precision: the ``mixed_bfloat16`` check.
-        run_distributed: the 2-replica step check.
+        run_distributed: the 2-replica step check (TensorFlow and JAX: Keras has no
+            distribution API on PyTorch).
     """
     keras.utils.set_random_seed(1234)
     input_shape = tuple(input_shape)
@@ -212,7 +217,7 @@ def run_layer_test(
             np.testing.assert_array_equal(_as_numpy(a), _as_numpy(b))
 
     # 6. XLA: same weights, jit_compile=True, fit step and predict (on JAX, step 4 was it).
-    if run_xla and not _JIT_BY_DEFAULT[keras.backend.backend()]:
+    if run_xla and keras.backend.backend() == "tensorflow":
         xla_model = _model(layer_cls, init_kwargs, input_shape)
         xla_model.set_weights(model.get_weights())
         xla_model.compile(loss="mse", jit_compile=True)
@@ -235,8 +240,9 @@ def run_layer_test(
         if run_training:
             _fit_one_step(mixed, input_data, target)
 
-    # 8. A 2-replica fit step: MirroredStrategy (TensorFlow), DataParallel (JAX).
-    if run_distributed:
+    # 8. A 2-replica fit step: MirroredStrategy (TensorFlow), DataParallel (JAX); Keras has
+    # no distribution on PyTorch.
+    if run_distributed and keras.backend.backend() in ("tensorflow", "jax"):
         if keras.backend.backend() == "tensorflow":
             strategy = mirrored_strategy(2)
             assert strategy is not None, (
