@@ -1,5 +1,8 @@
 """A class-conditional GAN trained with ``fit``: under any tf.distribute strategy on
-TensorFlow, and on JAX with Keras's stateless training API (under ``keras.distribution``)."""
+TensorFlow, on JAX with Keras's stateless training API (under ``keras.distribution``),
+and on PyTorch (one device) with autograd."""
+
+import contextlib
 
 import keras
 import tensorflow as tf
@@ -24,6 +27,72 @@ def _mean32(scores):
     return ops.mean(ops.cast(scores, "float32"))
 
 
+def gradients(objective, variables):
+    """The gradients of a loss with respect to variables, on the backend in use.
+
+    ``tf.GradientTape`` on TensorFlow; ``torch.autograd.grad`` on PyTorch, where
+    the outputs come back detached from the graph. (On JAX the step is
+    stateless: :meth:`ConditionalGAN.stateless_train_step`.)
+
+    A layer may assign a variable in place during a call (Keras's spectral
+    normalisation writes its normalised kernel and ``u`` at every training
+    call), and the D step calls D twice. TensorFlow's tape differentiates each
+    read of a variable at the value it had then; on PyTorch the variables
+    (``torch.nn.Parameter`` s) that autograd saves for the backward pass are
+    saved as copies, which gives the same gradients (autograd would otherwise
+    refuse a saved tensor modified in place).
+
+    Args:
+        objective: a function of no arguments returning ``(loss, outputs)``: the
+            scalar to differentiate and what else to return (any structure of
+            tensors).
+        variables: the ``keras.Variable`` s to differentiate with respect to.
+
+    Returns:
+        ``(outputs, grads)``, the gradients in the order of ``variables`` (None for a
+        variable the loss does not depend on).
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        with tf.GradientTape() as tape:
+            loss, outputs = objective()
+        return outputs, tape.gradient(loss, variables)
+    if backend == "torch":
+        import torch
+
+        with torch.autograd.graph.saved_tensors_hooks(_copy_parameter, _unpack):
+            loss, outputs = objective()
+        # A variable the loss does not use gets None, as from TensorFlow's tape.
+        grads = torch.autograd.grad(loss, [variable.value for variable in variables],
+                                    allow_unused=True)
+        return keras.tree.map_structure(ops.stop_gradient, outputs), list(grads)
+    raise ValueError("`gradients` takes gradients on TensorFlow and PyTorch (the JAX step is "
+                     f"stateless). Received: KERAS_BACKEND={backend!r}")
+
+
+def _copy_parameter(tensor):
+    """What autograd saves of ``tensor``: a copy of a variable's value (a
+    ``torch.nn.Parameter``, which a later call may assign in place), else the tensor."""
+    import torch
+
+    return tensor.detach().clone() if isinstance(tensor, torch.nn.Parameter) else tensor
+
+
+def _unpack(saved):
+    """What autograd uses of what :func:`_copy_parameter` saved: that, as it is."""
+    return saved
+
+
+def _optimizer_context():
+    """Where optimizers apply and weights are assigned: under ``torch.no_grad()`` on
+    PyTorch (as Keras's own train step), no context elsewhere."""
+    if keras.backend.backend() != "torch":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.no_grad()
+
+
 @keras.saving.register_keras_serializable(package="gan")
 class ConditionalGAN(keras.Model):
     """G and D with a ``train_step`` of one (or ``d_steps``) D step then one G step.
@@ -34,7 +103,9 @@ class ConditionalGAN(keras.Model):
     batch on 1 or N replicas. On TensorFlow, losses are per-replica means
     divided by the number of replicas in sync, so the all-reduced gradients
     are those of the global-batch mean (hand-written losses are not scaled by
-    Keras). On JAX the step is one stateless function of the model's state
+    Keras). On PyTorch the step is TensorFlow's, its gradients from
+    ``torch.autograd.grad`` (:func:`gradients`) and its updates under
+    ``torch.no_grad()``. On JAX the step is one stateless function of the model's state
     and the global batch (``stateless_call``, ``jax.value_and_grad``,
     ``optimizer.stateless_apply``), jitted by ``fit``: under
     ``keras.distribution.DataParallel`` XLA splits it over the devices, and
@@ -108,28 +179,38 @@ class ConditionalGAN(keras.Model):
         return generator(inputs, training=training)
 
     def _replicas(self):
+        """Replicas whose gradients the strategy sums (TensorFlow); 1 on PyTorch."""
+        if keras.backend.backend() != "tensorflow":
+            return 1
         return tf.distribute.get_strategy().num_replicas_in_sync
 
     def _discriminator_step(self, images, labels, z, fake_labels):
         replicas = self._replicas()
         fake = self.generator([z, fake_labels], training=True)
-        with tf.GradientTape() as tape:
+
+        def objective():
             real_scores = self.discriminator([images, labels], training=True)
             fake_scores = self.discriminator([fake, fake_labels], training=True)
             loss = hinge_discriminator_loss(real_scores, fake_scores)
-            scaled = loss / replicas
-        grads = tape.gradient(scaled, self.discriminator.trainable_variables)
-        self.d_optimizer.apply(grads, self.discriminator.trainable_variables)
-        return loss, _mean32(real_scores), _mean32(fake_scores)
+            return loss / replicas, (loss, _mean32(real_scores), _mean32(fake_scores))
+
+        (loss, real_mean, fake_mean), grads = gradients(
+            objective, self.discriminator.trainable_variables)
+        with _optimizer_context():
+            self.d_optimizer.apply(grads, self.discriminator.trainable_variables)
+        return loss, real_mean, fake_mean
 
     def _generator_step(self, z, fake_labels):
         replicas = self._replicas()
-        with tf.GradientTape() as tape:
+
+        def objective():
             fake = self.generator([z, fake_labels], training=True)
             loss = hinge_generator_loss(self.discriminator([fake, fake_labels], training=True))
-            scaled = loss / replicas
-        grads = tape.gradient(scaled, self.generator.trainable_variables)
-        self.g_optimizer.apply(grads, self.generator.trainable_variables)
+            return loss / replicas, loss
+
+        loss, grads = gradients(objective, self.generator.trainable_variables)
+        with _optimizer_context():
+            self.g_optimizer.apply(grads, self.generator.trainable_variables)
         return loss
 
     def _update_ema(self):
@@ -144,7 +225,8 @@ class ConditionalGAN(keras.Model):
 
     def train_step(self, *args):
         """One D step (or ``d_steps``) then one G step: ``train_step(data)`` on
-        TensorFlow, ``train_step(state, data)`` on JAX (:meth:`stateless_train_step`)."""
+        TensorFlow and PyTorch, ``train_step(state, data)`` on JAX
+        (:meth:`stateless_train_step`)."""
         if keras.backend.backend() == "jax":
             return self.stateless_train_step(*args)
         (data,) = args
@@ -155,7 +237,8 @@ class ConditionalGAN(keras.Model):
             )
         g_loss = self._generator_step(data["z_g"], data["labels_g"])
         if self.ema_generator is not None:
-            self._update_ema()
+            with _optimizer_context():
+                self._update_ema()
         self.d_loss_tracker.update_state(d_loss)
         self.g_loss_tracker.update_state(g_loss)
         self.d_real_tracker.update_state(d_real)

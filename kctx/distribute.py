@@ -1,4 +1,5 @@
-"""Where a run trains: the tf.distribute strategy or the keras.distribution, behind one seam.
+"""Where a run trains: the tf.distribute strategy, the keras.distribution or the PyTorch
+device, behind one seam.
 
 The runner talks to a :class:`Distribution` only, so it is the same on every
 backend; :func:`get_distribution` picks it for the Keras backend in use:
@@ -13,8 +14,13 @@ backend; :func:`get_distribution` picks it for the Keras backend in use:
   every device of every process (TPU cores, GPUs, or CPU devices; several
   hosts after ``jax.distributed.initialize``, see :func:`initialize_jax`),
   or no distribution on one device.
+- PyTorch (:class:`TorchDistribution`): one device, Keras's torch device
+  (``KERAS_TORCH_DEVICE``, else the GPU, else the CPU). Keras (3.15) has no
+  distribution on PyTorch (``keras.distribution`` is JAX's; there is no
+  ``torch.distributed`` trainer): several devices, ``--tpu`` or a cluster of
+  several processes raise a ValueError that points to JAX or TensorFlow.
 
-Both log which. The seam's methods are what differs between backends: the
+Each logs which. The seam's methods are what differs between backends: the
 replicas, the chief and this worker's index, the input pipelines
 (:meth:`Distribution.dataset`), the scope models are built in, the context
 ``fit`` / ``evaluate`` run in, and sums over the workers.
@@ -26,8 +32,7 @@ import os
 
 __all__ = ["as_distribution", "Distribution", "get_distribution", "get_strategy", "initialize_jax",
            "is_chief", "JAX_CLUSTER_VARIABLES", "JaxDistribution", "multi_worker_keras",
-           "StrategyDistribution",
-           "sum_over_workers", "worker_index"]
+           "StrategyDistribution", "sum_over_workers", "TorchDistribution", "worker_index"]
 
 
 def _cluster_spec():
@@ -191,9 +196,11 @@ class Distribution:
     """What a run needs of its distribution, the same on every backend.
 
     Attributes:
-        backend: the Keras backend it trains with (``"tensorflow"``, ``"jax"``).
-        name: what ``run.json`` records (the strategy's class, ``"DataParallel"``).
-        strategy: the ``tf.distribute`` strategy (None on JAX).
+        backend: the Keras backend it trains with (``"tensorflow"``, ``"jax"``,
+            ``"torch"``).
+        name: what ``run.json`` records (the strategy's class, ``"DataParallel"``,
+            ``"PyTorch single device"``).
+        strategy: the ``tf.distribute`` strategy (None on JAX and PyTorch).
     """
 
     backend = None
@@ -446,6 +453,103 @@ class JaxDistribution(Distribution):
         return line + f" ({', '.join(self.devices[:8])}{', ...' if self.replicas > 8 else ''})"
 
 
+class TorchDistribution(Distribution):
+    """One PyTorch device behind :class:`Distribution` (PyTorch backend).
+
+    Keras (3.15) has no distribution on PyTorch, so a run trains on one device in
+    one process: Keras's torch device (``KERAS_TORCH_DEVICE``, else ``cuda``
+    when a GPU is visible, else ``cpu``), on which Keras creates the variables
+    and runs ``fit``. The scope and the ``fit`` context are null contexts, the
+    input pipelines yield global batches (``dataset_fn(None)``) and sums over
+    the workers are the values themselves.
+
+    Args:
+        device: the device trained on (a ``torch.device`` or its name, e.g.
+            ``"cuda:0"``); default Keras's torch device. Another device than
+            Keras's raises (start Python with ``KERAS_TORCH_DEVICE`` set to it).
+
+    Raises:
+        ValueError: when ``device`` is not Keras's torch device.
+    """
+
+    backend = "torch"
+    name = "PyTorch single device"
+
+    def __init__(self, device=None):
+        import torch
+
+        keras_device = _torch_device()
+        if device is not None and not _same_torch_device(torch.device(device), keras_device):
+            raise ValueError(
+                f"Keras creates its variables and runs fit on one PyTorch device, {keras_device}: "
+                "start Python with KERAS_TORCH_DEVICE set to the device to train on. "
+                f"Received: device={str(device)!r}")
+        self._device = keras_device
+
+    @property
+    def replicas(self):
+        return 1
+
+    @property
+    def chief(self):
+        return True
+
+    @property
+    def worker(self):
+        return 0, 1
+
+    @property
+    def devices(self):
+        return [str(self._device)]
+
+    def describe(self):
+        """The log line, which says when GPUs are left idle (Keras trains on one)."""
+        import torch
+
+        visible = torch.cuda.device_count() if self._device.type == "cuda" else 1
+        return super().describe() + f" ({self._device}" + (
+            f"; {visible - 1} more visible GPU(s) idle: Keras has no distribution on PyTorch, "
+            "use JAX or TensorFlow for several)" if visible > 1 else ")")
+
+
+def _torch_device():
+    """The ``torch.device`` Keras puts tensors on (a tensor it creates says where)."""
+    import keras
+
+    return keras.ops.zeros(()).device
+
+
+def _same_torch_device(device, other):
+    """Whether two ``torch.device`` name the same device (``cuda`` is ``cuda:0``)."""
+    return device.type == other.type and (device.index or 0) == (other.index or 0)
+
+
+def _check_torch_single_device(tpu, devices):
+    """Raise a ValueError when a PyTorch run asks for more than one device: ``tpu``,
+    several ``devices``, or an environment naming a cluster of several processes
+    (``TF_CONFIG``, :data:`JAX_CLUSTER_VARIABLES`, ``KCTX_JAX_DISTRIBUTED``, torchrun's
+    ``WORLD_SIZE``)."""
+    received = []
+    if tpu:
+        received.append(f"tpu={tpu!r}")
+    if devices is not None and len(devices) > 1:
+        received.append(f"devices={[str(device) for device in devices]!r}")
+    received += [f"{key}={os.environ[key]}" for key in (*JAX_CLUSTER_VARIABLES,
+                                                        "KCTX_JAX_DISTRIBUTED")
+                 if os.environ.get(key)]
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        received.append(f"WORLD_SIZE={os.environ['WORLD_SIZE']}")
+    if _cluster_spec():
+        received.append("TF_CONFIG naming a cluster of several tasks")
+    if received:
+        raise ValueError(
+            "Keras provides no distribution on the PyTorch backend (keras.distribution is "
+            "JAX's, and Keras has no torch.distributed trainer): a PyTorch run trains on one "
+            "device in one process. For several devices, a TPU or several hosts use "
+            "KERAS_BACKEND=jax (DataParallel) or KERAS_BACKEND=tensorflow (tf.distribute). "
+            f"Received: {', '.join(received)}")
+
+
 def _keras_distribution_classes():  # keras.distribution has no public base class
     import keras
 
@@ -454,14 +558,18 @@ def _keras_distribution_classes():  # keras.distribution has no public base clas
 
 def as_distribution(value):
     """A :class:`Distribution` from one, a ``tf.distribute`` strategy or a
-    ``keras.distribution.Distribution`` (None: the backend's default in this process)."""
+    ``keras.distribution.Distribution`` (None: the backend's default in this process:
+    the current strategy on TensorFlow, the first local device on JAX, Keras's torch
+    device on PyTorch)."""
     if isinstance(value, Distribution):
         return value
     import keras
 
     if value is None:
-        return StrategyDistribution() if keras.backend.backend() == "tensorflow" \
-            else JaxDistribution(_first_device())
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            return StrategyDistribution()
+        return TorchDistribution() if backend == "torch" else JaxDistribution(_first_device())
     if isinstance(value, _keras_distribution_classes()):
         return JaxDistribution(value)
     return StrategyDistribution(value)
@@ -514,17 +622,21 @@ def get_distribution(tpu=None, devices=None, strategy=None, log=print):
             On JAX the TPU's cores are JAX devices: install ``jax[tpu]`` and leave
             ``tpu`` unset.
         devices: explicit devices: device names for a MirroredStrategy
-            (TensorFlow), ``jax.Device`` objects (JAX).
+            (TensorFlow), ``jax.Device`` objects (JAX), at most one device on
+            PyTorch (Keras's torch device, see :class:`TorchDistribution`).
         strategy: use this one: a ``tf.distribute`` strategy, a
             ``keras.distribution.Distribution`` or a :class:`Distribution`.
         log: called with one line naming the distribution and replica count.
 
     Returns:
-        A :class:`StrategyDistribution` or a :class:`JaxDistribution`.
+        A :class:`StrategyDistribution`, a :class:`JaxDistribution` or a
+        :class:`TorchDistribution`.
 
     Raises:
-        ValueError: ``tpu`` on a backend other than TensorFlow; a backend other
-            than TensorFlow and JAX.
+        ValueError: ``tpu`` on a backend other than TensorFlow; on PyTorch, several
+            devices or an environment naming a cluster of several processes (Keras
+            has no distribution there); a backend other than TensorFlow, JAX and
+            PyTorch.
         RuntimeError: when ``tpu`` is given but no TPU can be reached.
 
     Examples:
@@ -550,9 +662,12 @@ def get_distribution(tpu=None, devices=None, strategy=None, log=print):
                 f"Received: tpu={tpu!r}")
         initialize_jax(log=log)
         distribution = JaxDistribution(devices)
+    elif backend == "torch":
+        _check_torch_single_device(tpu, devices)
+        distribution = TorchDistribution(devices[0] if devices else None)
     else:
-        raise ValueError(f"kctx runs train with the tensorflow or jax backend. Received: "
-                         f"KERAS_BACKEND={backend!r}")
+        raise ValueError(f"kctx runs train with the tensorflow, jax or torch backend. "
+                         f"Received: KERAS_BACKEND={backend!r}")
     if log and strategy is None:
         log(distribution.describe())
     return distribution

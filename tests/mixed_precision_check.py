@@ -1,5 +1,5 @@
-"""Run by tests/test_runner.py in a subprocess per Keras backend: every workflow (on JAX, the
-GAN) trains a few steps with ``--dtype-policy mixed_bfloat16``, and a
+"""Run by tests/test_runner.py in a subprocess per Keras backend: every workflow (on JAX and
+PyTorch, the GAN) trains a few steps with ``--dtype-policy mixed_bfloat16``, and a
 segmenter's first SGD step under that policy follows the float32 one.
 
     KERAS_BACKEND=jax python tests/mixed_precision_check.py RUNS_DIR
@@ -24,12 +24,13 @@ from kctx.training.runner import dtype_policy
 runs = pathlib.Path(sys.argv[1])
 # The GAN without its FCD (scored on JAX and under the policy elsewhere): the run is the check.
 FLAGS = dict(TINY, gan=TINY["gan"][:-2] + ["--eval-samples", "0"])
-if keras.backend.backend() == "jax":
-    # On JAX, the workflow with a training step of its own (the GAN's two-optimizer
-    # stateless step); classification, segmentation and sequence go through Keras' fit step
-    # and the same runner as on TensorFlow, their blocks through the layer battery's
-    # mixed_bfloat16 fit step on JAX (tests/jax_layer_battery.py), and the segmenter's
-    # first update under the policy is compared with the float32 one below.
+if keras.backend.backend() in ("jax", "torch"):
+    # On JAX and PyTorch, the workflow with a training step of its own (the GAN's
+    # two-optimizer step: stateless on JAX, autograd on PyTorch); classification,
+    # segmentation and sequence go through Keras' fit step and the same runner as on
+    # TensorFlow, their blocks through the layer battery's mixed_bfloat16 fit step on JAX
+    # (tests/jax_layer_battery.py), and the segmenter's first update under the policy is
+    # compared with the float32 one below.
     FLAGS = {"gan": FLAGS["gan"]}
 SCORES = {"gan": (), "classification": ("top1", "loss"), "segmentation": ("miou",),
           "sequence": ("accuracy",)}

@@ -63,3 +63,65 @@ def test_get_distribution_wraps_the_strategy_behind_one_interface():
     assert len(mirrored.devices) == 2 and mirrored.name == "MirroredStrategy"
     assert as_distribution(mirrored) is mirrored
     assert float(mirrored.sum_over_workers(2.5)) == 2.5
+
+
+# Run on the PyTorch backend (tests/workflow_runs.py's environment, KERAS_TORCH_DEVICE=cpu).
+TORCH_DISTRIBUTION_CHECK = """
+import json, os
+from kctx.distribute import TorchDistribution, as_distribution, get_distribution
+
+lines = []
+distribution = get_distribution(log=lines.append)
+assert isinstance(distribution, TorchDistribution) and distribution.backend == "torch"
+assert (distribution.replicas, distribution.worker, distribution.chief) == (1, (0, 1), True)
+assert distribution.strategy is None and distribution.devices == ["cpu"], distribution.devices
+assert lines == ["distribution: PyTorch single device with 1 replica(s) (cpu)"], lines
+assert isinstance(as_distribution(None), TorchDistribution)
+assert distribution.sum_over_workers(2.5) == 2.5
+assert distribution.dataset(lambda input_context: input_context) is None
+with distribution.scope(), distribution.fitting(None, None):
+    pass
+assert get_distribution(devices=["cpu"], log=None).devices == ["cpu"]
+two_workers = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                          "task": {"type": "worker", "index": 0}})
+for arguments, variables, received in (
+        ({"tpu": "local"}, {}, "tpu='local'"),
+        ({"devices": ["cpu", "cpu"]}, {}, "devices=['cpu', 'cpu']"),
+        ({}, {"WORLD_SIZE": "2"}, "WORLD_SIZE=2"),
+        ({}, {"KERAS_DISTRIBUTION_NUM_PROCESSES": "2"}, "KERAS_DISTRIBUTION_NUM_PROCESSES=2"),
+        ({}, {"TF_CONFIG": two_workers}, "TF_CONFIG naming a cluster of several tasks")):
+    os.environ.update(variables)
+    try:
+        get_distribution(log=None, **arguments)
+    except ValueError as error:
+        assert "Keras provides no distribution on the PyTorch backend" in str(error), error
+        assert "KERAS_BACKEND=jax (DataParallel)" in str(error), error
+        assert str(error).endswith(f"Received: {received}"), error
+    else:
+        raise AssertionError(f"{arguments} {variables} did not raise")
+    for key in variables:
+        del os.environ[key]
+try:
+    TorchDistribution("meta")
+except ValueError as error:
+    assert "KERAS_TORCH_DEVICE" in str(error) and "Received: device='meta'" in str(error), error
+else:
+    raise AssertionError("another device than Keras's did not raise")
+print("TORCH_DISTRIBUTION_OK")
+"""
+
+
+def test_pytorch_trains_on_one_device_and_refuses_several():
+    """On PyTorch (in a subprocess): one device, Keras's, behind the same interface; a TPU,
+    several devices or a cluster of several processes (torchrun's, JAX's, TF_CONFIG's)
+    raise, pointing to JAX or TensorFlow (Keras has no distribution on PyTorch)."""
+    import subprocess
+    import sys
+
+    from workflow_runs import environment
+
+    completed = subprocess.run([sys.executable, "-c", TORCH_DISTRIBUTION_CHECK],
+                               env=environment(KERAS_BACKEND="torch", KERAS_TORCH_DEVICE="cpu"),
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-5000:]
+    assert "TORCH_DISTRIBUTION_OK" in completed.stdout

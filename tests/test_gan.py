@@ -1,4 +1,7 @@
 import dataclasses
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -11,7 +14,7 @@ from gan.layers import ConditionalBatchNormalization, spectral_norm
 from gan.model import ConditionalGAN, hinge_discriminator_loss, hinge_generator_loss
 from gan.models import build_discriminator, build_generator
 from kctx.testing import mirrored_strategy
-from workflow_runs import assert_same_update
+from workflow_runs import ROOT, assert_same_update, environment
 
 
 def _gan(config, context="ham_nmf", g_opt=None, d_opt=None, ema_decay=None, ema_start=0,
@@ -100,6 +103,29 @@ def test_one_step_on_two_replicas_equals_one_replica(monkeypatch):
     for net in ("generator", "discriminator", "ema_generator"):
         assert_same_update(before[net], [v.numpy() for v in getattr(single, net).variables],
                            [v.numpy() for v in getattr(multi, net).variables], label=net)
+
+
+def test_pytorch_steps_make_the_tensorflow_update(tmp_path):
+    """The GAN's step on PyTorch (gradients from ``torch.autograd``; D called on real then
+    fake images while spectral normalisation assigns its kernels in place) makes the
+    TensorFlow step's update: two steps of G, D and G's EMA from the same weights
+    (tests/gan_step_check.py)."""
+    from gan_step_check import two_steps
+
+    initial = tmp_path / "initial.npz"
+    two_steps(initial, tmp_path / "tensorflow.npz")
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gan_step_check.py"), str(initial),
+         str(tmp_path / "torch.npz")],
+        env=environment(KERAS_BACKEND="torch", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+            [str(ROOT), str(ROOT / "tests")])), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, (completed.stdout + completed.stderr)[-5000:]
+    weights = {}
+    for name in ("initial", "tensorflow", "torch"):
+        with np.load(tmp_path / f"{name}.npz") as arrays:
+            weights[name] = [arrays[f"arr_{index}"] for index in range(len(arrays.files))]
+    assert_same_update(weights["initial"], weights["tensorflow"], weights["torch"],
+                       label="PyTorch against TensorFlow")
 
 
 def test_generator_and_discriminator_compile_with_xla():

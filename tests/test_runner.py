@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kctx.training import DETERMINISTIC_ENVIRONMENT as DETERMINISTIC
+from kctx.training.determinism import TORCH_DETERMINISTIC_ENVIRONMENT as TORCH_DETERMINISTIC
 from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
@@ -20,7 +21,7 @@ from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE
     tf_config
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence", "language")
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
 # The PSF network's gradients change in the last bit with where TensorFlow's allocator puts
 # its buffers, even single-threaded without oneDNN (not isolated to one op yet), so its
 # repeats agree to about 1e-7, not bit for bit.
@@ -124,9 +125,22 @@ def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, 
 # segmentation, sequence and classification train through Keras' own JAX fit step and the
 # same NumPy checkpoints, whose resume the two-process test checks. Classification resumes
 # through the same runner; its stream's exact resume from any step is
-# tests/test_classification.py's.
+# tests/test_classification.py's. On PyTorch (one device, NumPy step checkpoints): the GAN
+# (its autograd step of two optimizers) and segmentation (Keras's own PyTorch fit step, and
+# a dropout layer made without a seed, whose PyTorch masks come from torch's global
+# generator, which the runner seeds at every step; the sequence run has no dropout and
+# resumed exactly without that).
 KILLED_RUNS = [("gan", "tensorflow"), ("segmentation", "tensorflow"),
-               ("sequence", "tensorflow"), ("gan", "jax")]
+               ("sequence", "tensorflow"), ("gan", "jax"), ("gan", "torch"),
+               ("segmentation", "torch")]
+
+
+def _deterministic_variables(backend):
+    """What ``--deterministic`` adds on ``backend`` to :data:`DETERMINISTIC`: XLA's flags
+    on JAX (after the session's), one thread and cuBLAS's workspace on PyTorch."""
+    if backend == "jax":
+        return {"XLA_FLAGS": " ".join([os.environ.get("XLA_FLAGS", ""), *XLA_FLAGS]).strip()}
+    return dict(TORCH_DETERMINISTIC) if backend == "torch" else {}
 
 
 @pytest.mark.parametrize("name,backend", KILLED_RUNS)
@@ -138,9 +152,7 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     flags = TINY[name] + ["--deterministic", "--verbose", "0"]
     plain = environment(KERAS_BACKEND=backend)
     deterministic = environment(KERAS_BACKEND=backend, **DETERMINISTIC,
-                                **({"XLA_FLAGS": " ".join([os.environ.get("XLA_FLAGS", ""),
-                                                           *XLA_FLAGS]).strip()}
-                                   if backend == "jax" else {}))
+                                **_deterministic_variables(backend))
     killed = start(["-c", KILL_SCRIPT, name, str(CHECKPOINT_STEP[name] + 1), *flags,
                     "--model-dir", str(tmp_path / "resumed")], env=deterministic)
     if backend == "jax":
@@ -192,6 +204,9 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     assert {"tensorflow", "keras", "numpy", "python"} <= set(run["versions"])
     if backend == "jax":
         assert set(XLA_FLAGS) <= set(run["environment"]["XLA_FLAGS"].split())
+    if backend == "torch":
+        assert "torch" in run["versions"] and run["strategy"] == "PyTorch single device"
+        assert TORCH_DETERMINISTIC.items() <= run["environment"].items()
     # evaluate re-scores the saved model with the run's config (single-threaded: the same
     # kernels as the run, so the same numbers).
     status, output = finish(start(["-m", f"{name}.evaluate", "--model-dir",
@@ -385,14 +400,17 @@ def test_sum_over_workers_adds_what_each_worker_holds():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mixed_bfloat16_runs_every_workflow(backend, tmp_path):
     """``--dtype-policy mixed_bfloat16`` on each backend (tests/mixed_precision_check.py):
-    every workflow (on JAX, the GAN) trains, records the policy, saves
+    every workflow (on JAX and PyTorch, the GAN) trains, records the policy, saves
     layers that compute in bfloat16 on float32 weights, re-scores alike and refuses a float32
     rerun in its folder; a segmenter's first update under the policy follows the float32
     one."""
+    # PyTorch on one intra-op thread: its default, one per core, spins on the shared cores
+    # (measured here: 4× the CPU time).
+    threads = {"OMP_NUM_THREADS": "1"} if backend == "torch" else {}
     completed = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "mixed_precision_check.py"), str(tmp_path)],
         env=environment(KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join(
-            [str(ROOT), str(ROOT / "tests")])),
+            [str(ROOT), str(ROOT / "tests")]), **threads),
         capture_output=True, text=True, timeout=1200)
     assert completed.returncode == 0, (completed.stdout + completed.stderr)[-5000:]
     assert "MIXED_PRECISION_OK" in completed.stdout

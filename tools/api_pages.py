@@ -36,7 +36,8 @@ INTRODUCTIONS = {
     "kctx.data": "The embedded default data (scikit-learn's digits), TFDS readers and the "
                  "step-indexed, per-host input streams the workflows share.",
     "kctx.distribute": "Where a run trains: tf.distribute strategies on TensorFlow, "
-                       "`keras.distribution.DataParallel` (one or several hosts) on JAX.",
+                       "`keras.distribution.DataParallel` (one or several hosts) on JAX, "
+                       "one device on PyTorch.",
     "kctx.convert": "Checkpoint conversion into kctx's models through one strict porting "
                     "helper: the FID Inception from pytorch-fid's or torch-fidelity's file, "
                     "SegNeXt from mmsegmentation's or the original repository's, the dilated "

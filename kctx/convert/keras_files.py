@@ -42,7 +42,19 @@ def dotted_layer_names(config):
 def rename_layers(config, names):
     """``config`` with every string equal to one of ``names`` (a layer's name, the
     references to it in other layers' inbound nodes and in the model's inputs and
-    outputs) replaced by its :func:`~kctx.convert.porting.keras_name`."""
+    outputs) replaced by its :func:`~kctx.convert.porting.keras_name`.
+
+    Example:
+        >>> config = {"layers": [{"config": {"name": "block1.0.norm1"}, "inbound_nodes": []},
+        ...                      {"config": {"name": "head"}, "inbound_nodes": [
+        ...                          {"args": [{"config": {"keras_history": [
+        ...                              "block1.0.norm1", 0, 0]}}]}]}]}
+        >>> renamed = rename_layers(config, dotted_layer_names(config))
+        >>> renamed["layers"][0]["config"]["name"]
+        'block1-0-norm1'
+        >>> renamed["layers"][1]["inbound_nodes"][0]["args"][0]["config"]["keras_history"]
+        ['block1-0-norm1', 0, 0]
+    """
     if isinstance(config, dict):
         return {key: rename_layers(value, names) for key, value in config.items()}
     if isinstance(config, list):
@@ -65,8 +77,10 @@ def load_model(path, **kwargs):
         ``block1-0-attn-proj_1``, and the weights are the file's.
 
     Example:
-        >>> model = load_model("segnext_saved_in_2025.keras")  # doctest: +SKIP
-        >>> model.get_layer("decode_head-hamburger")  # doctest: +SKIP
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+        >>> model.save("dense.keras")
+        >>> load_model("dense.keras").get_layer("fc").units
+        2
     """
     with zipfile.ZipFile(path) as archive:
         config = json.loads(archive.read(_CONFIG))

@@ -145,7 +145,8 @@ class FIDInceptionExtractor(Extractor):
 
 def compiled_inference(model):
     """``model(x, training=False)`` compiled once per input shape: a ``tf.function`` on
-    TensorFlow, ``jax.jit`` of the stateless call on JAX, the model itself elsewhere."""
+    TensorFlow, ``jax.jit`` of the stateless call on JAX; on PyTorch the model itself,
+    under ``torch.no_grad()`` (as Keras's ``predict``), elsewhere the model itself."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
@@ -160,6 +161,14 @@ def compiled_inference(model):
 
         return lambda x: forward([v.value for v in model.trainable_variables],
                                  [v.value for v in model.non_trainable_variables], x)
+    if backend == "torch":
+        import torch
+
+        def forward_without_gradients(x):
+            with torch.no_grad():
+                return model(x, training=False)
+
+        return forward_without_gradients
     return lambda x: model(x, training=False)
 
 

@@ -6,7 +6,10 @@ calls. Element-wise ops are not MACs and are not counted (the convention of
 the profilers the papers used: torchprofile, thop). On the JAX backend
 :func:`count_macs` walks the function's jaxpr instead (:func:`count_jaxpr_macs`:
 ``dot_general`` and ``conv_general_dilated``, which every Keras matmul, einsum
-and convolution lowers to), and gives the same counts for the same model.
+and convolution lowers to), and gives the same counts for the same model; on
+PyTorch it runs the function once on zeros under
+``torch.utils.flop_counter.FlopCounterMode`` (:func:`count_torch_macs`: the
+matrix products and convolutions, two FLOPs per MAC).
 """
 
 import math
@@ -169,19 +172,24 @@ def count_macs(function, *input_specs, by_op=None):
 
     On the TensorFlow backend the function is traced by ``tf.function``
     (:func:`count_graph_macs`); on JAX by ``jax.make_jaxpr``, on float32 zeros of
-    the given shapes (:func:`count_jaxpr_macs`).
+    the given shapes (:func:`count_jaxpr_macs`); on PyTorch it runs once on
+    those zeros (:func:`count_torch_macs`).
 
     Examples:
         >>> count_macs(lambda x: keras.ops.matmul(x, x), (64, 64))
         262144
     """
-    if keras.backend.backend() == "jax":
-        import jax
+    backend = keras.backend.backend()
+    if backend in ("jax", "torch"):
         import numpy as np
 
         arrays = [np.zeros(tuple(spec.shape) if hasattr(spec, "shape") else spec,
                            np.dtype(getattr(getattr(spec, "dtype", None), "name", "float32")))
                   for spec in input_specs]
+        if backend == "torch":
+            return count_torch_macs(function, *arrays, by_op=by_op)
+        import jax
+
         return count_jaxpr_macs(jax.make_jaxpr(function)(*arrays), by_op)
     import tensorflow as tf
 
@@ -254,3 +262,31 @@ def count_jaxpr_macs(jaxpr, by_op=None):
             for inner in _sub_jaxprs(equation):
                 total += count_jaxpr_macs(inner, by_op)
     return total
+
+
+def count_torch_macs(function, *arrays, by_op=None):
+    """MACs of ``function`` run once on ``arrays`` on the PyTorch backend: its matrix
+    products and convolutions (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution``,
+    attention kernels), as ``torch.utils.flop_counter.FlopCounterMode`` counts them at
+    two FLOPs per MAC, which every Keras matmul, einsum and convolution dispatches to.
+
+    Args:
+        function: called with ``arrays`` converted to tensors (without gradients).
+        *arrays: the inputs (NumPy arrays of the shapes to count at).
+        by_op: optional dict, filled with MACs per ATen op.
+
+    Returns:
+        The MACs, an int (``count_macs(lambda a: keras.ops.matmul(a, a), (64, 64))`` is
+        262144 on every backend).
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tensors = [keras.ops.convert_to_tensor(array) for array in arrays]
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        function(*tensors)
+    if by_op is not None:
+        for op, flops in counter.get_flop_counts().get("Global", {}).items():
+            name = getattr(op, "__name__", str(op))
+            by_op[name] = by_op.get(name, 0) + flops // 2
+    return counter.get_total_flops() // 2

@@ -7,7 +7,7 @@
   the config dataclass (:mod:`kctx.training.cli`, :mod:`kctx.training.config`,
   :mod:`kctx.training.export`).
 - :func:`step_checkpoint`: step checkpoints with exact resume (:class:`StepCheckpoint`
-  on TensorFlow, :class:`ArrayCheckpoint` ``.npz`` files on JAX).
+  on TensorFlow, :class:`ArrayCheckpoint` ``.npz`` files on JAX and PyTorch).
 - :func:`sgd`, :class:`ParamwiseAdamW`, :class:`WarmupPolyDecay`: the recipes'
   optimizers and schedules (:mod:`kctx.training.optimizers`).
 """

@@ -11,7 +11,7 @@ the batches it would have seen. Two formats, one interface
 - :class:`StepCheckpoint`: TensorFlow's checkpoints (``tf.train.Checkpoint``,
   ``ckpt-N.index`` / ``ckpt-N.data-*``), on the TensorFlow backend;
 - :class:`ArrayCheckpoint`: one NumPy ``ckpt-N.npz`` per step, for any backend
-  (JAX's): the variables' values fetched to the host, written atomically.
+  (JAX's and PyTorch's): the variables' values fetched to the host, written atomically.
 
 Both keep the newest ``max_to_keep`` checkpoints, fall back to the one before
 an unreadable newest one, and let only the chief write.

@@ -98,7 +98,8 @@ def train_main(workflow, argv=None, description=None, callbacks=()):
     args = parser.parse_args(argv)
     if args.deterministic and not deterministic_environment() and argv is None:
         # TensorFlow is imported already: start the same command again in the
-        # deterministic environment (single-threaded, no oneDNN; single-threaded XLA on JAX).
+        # deterministic environment (single-threaded, no oneDNN; single-threaded XLA on JAX;
+        # cuBLAS's fixed workspace on PyTorch).
         os.execve(sys.executable, [sys.executable, "-m", f"{workflow.name}.train",
                                    *sys.argv[1:]],
                   deterministic_variables())

@@ -1,10 +1,12 @@
-"""Deterministic mode: bit-identical CPU runs on TensorFlow and JAX.
+"""Deterministic mode: bit-identical CPU runs on TensorFlow, JAX and PyTorch.
 
-The environment (single-threaded TensorFlow without oneDNN, single-threaded XLA) must be
-in place before TensorFlow is imported or JAX starts its backend:
-:func:`deterministic_variables` gives it, :func:`deterministic_environment` says whether
-this process was started in it and :func:`enable_determinism` sets it (or refuses when it
-is too late) and turns on TensorFlow's op determinism.
+The environment (single-threaded TensorFlow without oneDNN, single-threaded XLA,
+single-threaded PyTorch with cuBLAS's fixed workspace) must be in place before
+TensorFlow is imported, JAX starts its backend or PyTorch starts CUDA: :func:`deterministic_variables` gives it,
+:func:`deterministic_environment` says whether this process was started in it and
+:func:`enable_determinism` sets it (or refuses when it is too late) and turns on
+TensorFlow's op determinism (and on PyTorch one intra-op thread and
+``torch.use_deterministic_algorithms``).
 """
 
 import os
@@ -22,12 +24,18 @@ DETERMINISTIC_ENVIRONMENT = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THRE
 # thread for its kernels (appended to XLA_FLAGS, whose other flags are kept).
 XLA_DETERMINISTIC_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
                            "intra_op_parallelism_threads=1")
+# And of PyTorch: one thread for its CPU kernels (read when torch is imported, so that the
+# commands started in this environment, `evaluate` included, run the training's kernels),
+# and on a GPU (read when CUDA starts) the cuBLAS workspace that
+# ``torch.use_deterministic_algorithms`` requires for deterministic matrix products.
+TORCH_DETERMINISTIC_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def deterministic_variables(environ=None):
     """The environment deterministic mode runs in: ``environ`` (default ``os.environ``)
-    updated with :data:`DETERMINISTIC_ENVIRONMENT`, and on the JAX backend with
-    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``.
+    updated with :data:`DETERMINISTIC_ENVIRONMENT`, on the JAX backend with
+    :data:`XLA_DETERMINISTIC_FLAGS` appended to ``XLA_FLAGS``, and on the PyTorch
+    backend with :data:`TORCH_DETERMINISTIC_ENVIRONMENT`.
 
     Examples:
         >>> environment = deterministic_variables()
@@ -41,6 +49,8 @@ def deterministic_variables(environ=None):
         flags = environ.get("XLA_FLAGS", "").split()
         environ["XLA_FLAGS"] = " ".join(
             flags + [flag for flag in XLA_DETERMINISTIC_FLAGS if flag not in flags])
+    if keras.backend.backend() == "torch":
+        environ.update(TORCH_DETERMINISTIC_ENVIRONMENT)
     return environ
 
 
@@ -48,12 +58,17 @@ def deterministic_environment():
     """Whether this process was started in the environment of :func:`deterministic_variables`."""
     expected = deterministic_variables()
     return all(os.environ.get(key) == expected[key]
-               for key in (*DETERMINISTIC_ENVIRONMENT, "XLA_FLAGS") if key in expected)
+               for key in (*DETERMINISTIC_ENVIRONMENT, "XLA_FLAGS",
+                           *TORCH_DETERMINISTIC_ENVIRONMENT) if key in expected)
 
 
 def _started(module):
+    """Whether it is too late to set ``module``'s environment: TensorFlow imported, JAX's
+    backend or PyTorch's CUDA started."""
     if module == "tensorflow":
         return "tensorflow" in sys.modules
+    if module == "torch":
+        return "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()
     if "jax" not in sys.modules:
         return False
     from jax._src import xla_bridge
@@ -63,25 +78,28 @@ def _started(module):
 
 def enable_determinism():
     """Single-threaded TensorFlow without oneDNN, with op determinism (and single-threaded
-    XLA on the JAX backend): bit-identical CPU runs.
+    XLA on the JAX backend; on PyTorch one intra-op thread and deterministic algorithms):
+    bit-identical CPU runs.
 
     The environment of :func:`deterministic_variables` must be in place before
-    TensorFlow is imported (and before JAX starts its backend): this sets it
-    when they have not, and otherwise raises unless the process was started
-    with it (the CLIs' ``--deterministic`` restarts the command with it).
+    TensorFlow is imported (and before JAX starts its backend, or PyTorch CUDA):
+    this sets it when they have not, and otherwise raises unless the process was
+    started with it (the CLIs' ``--deterministic`` restarts the command with it).
     """
     if not deterministic_environment():
-        started = [module for module in ("tensorflow", "jax") if _started(module)]
+        started = [module for module in ("tensorflow", "jax", "torch") if _started(module)]
         if started:
             settings = " ".join(f"{key}={value!r}" if " " in value else f"{key}={value}"
                                 for key, value in deterministic_variables().items()
                                 if os.environ.get(key) != value)
             raise RuntimeError(
                 "deterministic=True needs TensorFlow single-threaded and without oneDNN (and "
-                "XLA single-threaded on JAX), which must be set before "
-                f"{' and '.join(started)} start(s): start Python with {settings}, or use "
-                "the command line's --deterministic (which does that).")
+                "XLA single-threaded on JAX, cuBLAS's fixed workspace on PyTorch), which must "
+                f"be set before {' and '.join(started)} start(s): start Python with "
+                f"{settings}, or use the command line's --deterministic (which does that).")
         os.environ.update(deterministic_variables())
+    if keras.backend.backend() == "torch":
+        _enable_torch_determinism()
     import tensorflow as tf
 
     threads = tf.config.threading
@@ -92,3 +110,13 @@ def enable_determinism():
         except RuntimeError:  # already initialised, from the environment: 1 thread each
             pass
     tf.config.experimental.enable_op_determinism()
+
+
+def _enable_torch_determinism():
+    """One intra-op thread (a reduction's order then depends on nothing but the op) and
+    ``torch.use_deterministic_algorithms`` (which raises on an op that has no
+    deterministic kernel rather than running a nondeterministic one)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)

@@ -6,9 +6,9 @@ training stream), reloads the artifact in its runtime, compares it with Keras on
 real inputs from the workflow's data and, for workflows with a held-out metric
 (segmentation, classification), scores the artifact and the Keras model with the
 workflow's evaluation. It writes the artifact and ``<artifact>.json``. Export runs
-on the TensorFlow backend: started on another (``KERAS_BACKEND=jax``), the command
-restarts itself on TensorFlow, which loads the run's saved model and a JAX run's
-NumPy checkpoints as they are.
+on the TensorFlow backend: started on another (``KERAS_BACKEND=jax`` or ``torch``),
+the command restarts itself on TensorFlow, which loads the run's saved model and a JAX
+or PyTorch run's NumPy checkpoints as they are.
 """
 
 import os
@@ -189,8 +189,8 @@ def export_main(workflow, argv=None):
     args = parser.parse_args(argv)
     if keras.backend.backend() != "tensorflow":
         # The exporters (SavedModel, tf2onnx, the LiteRT converter) and the artifact's
-        # evaluation run on TensorFlow; the run's saved model (and a JAX run's NumPy
-        # checkpoints) load on any backend.
+        # evaluation run on TensorFlow; the run's saved model (and a JAX or PyTorch run's
+        # NumPy checkpoints) load on any backend.
         if argv is not None:
             parser.error("export runs on the TensorFlow backend: run it with "
                          f"KERAS_BACKEND=tensorflow. Received: KERAS_BACKEND="

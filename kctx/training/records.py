@@ -77,7 +77,7 @@ def versions():
 
     found = {"python": platform.python_version()}
     for package in ("kctx", "tensorflow", "keras", "numpy", "keras-hub", "tensorflow-datasets",
-                    "jax"):
+                    "jax", "torch"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:

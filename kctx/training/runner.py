@@ -11,17 +11,19 @@ rest the same way for all of them:
 2. the distribution (:func:`kctx.distribute.get_distribution`; on
    TensorFlow a strategy: TPU, several workers from ``TF_CONFIG``, several
    GPUs, or one device; on JAX ``keras.distribution.DataParallel`` over every
-   device of every host, or one device), seeding, and the deterministic mode
-   (single-threaded TensorFlow with op determinism, single-threaded XLA on JAX);
+   device of every host, or one device; on PyTorch one device), seeding, and the
+   deterministic mode (single-threaded TensorFlow with op determinism,
+   single-threaded XLA on JAX, single-threaded deterministic algorithms on PyTorch);
 3. the model, built in the distribution's scope, and the newest readable step
    checkpoint restored (exact resume; :func:`kctx.training.checkpoint.step_checkpoint`:
-   TensorFlow checkpoints, or ``.npz`` files on JAX);
+   TensorFlow checkpoints, or ``.npz`` files on JAX and PyTorch);
 4. ``run.json``: the resolved config, seed, backend, distribution and devices,
    package versions, git commit and command line;
 5. ``fit`` over the workflow's step-indexed stream; with several hosts, one
    input pipeline per host (each builds only its own slices of every global
    batch), with a checkpoint every ``checkpoint_every`` steps, the Keras
-   progress bar, ``history.csv`` and TensorBoard;
+   progress bar, ``history.csv`` and TensorBoard (on PyTorch, its global random
+   generator seeded at every step from the seed and the step);
 6. the inference model saved (``model.keras``, or the workflow's file), the
    final evaluation, ``results.json`` and ``timing.json``.
 
@@ -41,6 +43,7 @@ import tempfile
 
 import keras
 
+from kctx.convert.keras_files import load_model
 from kctx.distribute import get_distribution
 from kctx.training.checkpoint import ArrayCheckpoint, step_checkpoint
 from kctx.training.config import config_from_dict, config_to_dict
@@ -157,7 +160,8 @@ def run(workflow, config=None, variant=None, *, model_dir=None, seed=0, strategy
             ``keras.distribution.Distribution`` (JAX) or a
             :class:`kctx.distribute.Distribution`; default
             :func:`kctx.distribute.get_distribution` (TensorFlow: ``tpu``,
-            ``TF_CONFIG``, GPUs; JAX: data parallelism over every device).
+            ``TF_CONFIG``, GPUs; JAX: data parallelism over every device;
+            PyTorch: one device).
         tpu: TensorFlow's TPU (:func:`kctx.distribute.get_strategy`).
         deterministic: bit-identical repeats on CPU (:func:`enable_determinism`).
         verbose: Keras progress-bar verbosity.
@@ -222,8 +226,9 @@ def run(workflow, config=None, variant=None, *, model_dir=None, seed=0, strategy
             validation = context.dataset(
                 lambda input_context: workflow.eval_data(context, input_context))
         board = _tensorboard(directory / "logs") if context.chief else None
-        every = [history, *([board] if board else []), *workflow.callbacks(context, model),
-                 *callbacks, _Checkpointing(checkpoint, start)]
+        seeds = [_TorchStepSeeds(seed, start)] if keras.backend.backend() == "torch" else []
+        every = [*seeds, history, *([board] if board else []),
+                 *workflow.callbacks(context, model), *callbacks, _Checkpointing(checkpoint, start)]
         length = _steps_per_epoch(schedule, start)
         # Epochs of `length` steps up to the last multiple of it, then the rest as one.
         parts = [(start, end - end % length, length, schedule.eval_every // length),
@@ -280,7 +285,7 @@ def run_record(context):
     resolved config, determinism, the Keras backend, the distribution (``strategy``: the
     tf.distribute strategy's class or ``DataParallel``), replicas, processes and devices,
     data location, package versions, git commit, command line and the TensorFlow / Keras /
-    JAX / XLA environment variables."""
+    JAX / XLA / PyTorch environment variables."""
     workflow, config = context.workflow, context.config
     return {
         "workflow": workflow.name, "config_name": config.name,
@@ -292,7 +297,36 @@ def run_record(context):
         "data": dataclasses.asdict(context.data), "versions": versions(), "git": git_commit(),
         "command": sys.argv,
         "environment": {key: os.environ[key] for key in sorted(os.environ) if key.startswith(
-            ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_", "JAX_"))}}
+            ("TF_NUM_", "TF_ENABLE_", "TF_CONFIG", "TF_XLA", "KERAS_", "XLA_", "JAX_",
+             "TORCH_", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS"))}}
+
+
+class _TorchStepSeeds(StepCounter):
+    """Seeds PyTorch's global random generator before every training step from the run's
+    seed and the step, so that step k draws a function of (seed, k), as its batch is, and
+    a resumed run draws what the uninterrupted one drew.
+
+    Keras's PyTorch dropout, in a layer made without a seed, draws its masks from that
+    generator (``torch.nn.functional.dropout``), not from the layer's seed generator (a
+    variable, in the checkpoint); and PyTorch's ``DataLoader``, through which Keras feeds
+    datasets on PyTorch, draws from it each time Keras starts iterating one (a resumed
+    run starts once more than the uninterrupted one).
+
+    Args:
+        seed: the run's seed.
+        start_step: the step the run starts (or resumes) at.
+    """
+
+    def __init__(self, seed, start_step=0):
+        super().__init__(start_step)
+        self.seed = int(seed)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        import numpy as np
+        import torch
+
+        sequence = np.random.SeedSequence([self.seed, self.step])
+        torch.manual_seed(int(sequence.generate_state(1, np.uint64)[0]))
 
 
 class _Checkpointing(StepCounter):
@@ -358,7 +392,7 @@ def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=Non
     the :class:`Run` of its recorded config and seed (evaluation fields replaced by
     ``overrides``), its saved model or a checkpoint's, and what was loaded.
     See :func:`evaluate_run` for the arguments. The saved model and NumPy checkpoints (a
-    JAX run's) load on any backend; TensorFlow checkpoints on TensorFlow."""
+    JAX or PyTorch run's) load on any backend; TensorFlow checkpoints on TensorFlow."""
     directory = pathlib.Path(model_dir)
     record = read_run(directory, workflow)
     not_evaluation = sorted(set(overrides) - set(workflow.evaluation_fields))
@@ -374,8 +408,9 @@ def load_run(workflow, model_dir, checkpoint=None, data_dir=None, manual_dir=Non
                   verbose=0, log=log)
     saved = directory / workflow.model_file
     if checkpoint is None and saved.exists():
-        return context, keras.saving.load_model(saved), str(saved)
-    # NumPy checkpoints (a JAX run's) load on any backend; TensorFlow's on TensorFlow.
+        return context, load_model(saved), str(saved)
+    # NumPy checkpoints (a JAX or PyTorch run's) load on any backend; TensorFlow's on
+    # TensorFlow.
     arrays = any((directory / "checkpoints").glob("ckpt-*.npz"))
     if not arrays:
         _check_backend(directory, record, f"read its checkpoints (or its {workflow.model_file})")

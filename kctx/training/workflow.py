@@ -53,7 +53,8 @@ class Run:
             wrapped in one).
         data: the :class:`DataLocation`.
         deterministic: whether the run is bit-reproducible (single-threaded TensorFlow
-            with op determinism; single-threaded XLA on JAX).
+            with op determinism; single-threaded XLA on JAX; single-threaded deterministic
+            algorithms on PyTorch).
         verbose: Keras progress-bar verbosity.
         log: called with one line per message.
     """
@@ -73,7 +74,7 @@ class Run:
 
     @property
     def strategy(self):
-        """The ``tf.distribute`` strategy (None on the JAX backend)."""
+        """The ``tf.distribute`` strategy (None on the JAX and PyTorch backends)."""
         return self.distribution.strategy
 
     @property
