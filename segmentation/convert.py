@@ -78,8 +78,6 @@ def convert(checkpoint, variant, output, dataset="ade20k", data_dir=None, log=pr
     >>> convert("segnext_mscan-t_20230227-4bfa3e6a.pth", "t", "runs/segnext_t_ade20k")
     ... # doctest: +SKIP
     """
-    import tensorflow as tf
-
     if variant not in VARIANTS:
         raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
     if dataset not in DATASET_CONFIGS:
@@ -116,7 +114,7 @@ def convert(checkpoint, variant, output, dataset="ade20k", data_dir=None, log=pr
     log(f"read {checkpoint} (sha256 {source['sha256'][:16]}…): {report['loaded']} tensors, "
         f"{layout} layout")
     directory.mkdir(parents=True, exist_ok=True)
-    context = Run(WORKFLOW, config, 0, directory, tf.distribute.get_strategy(),
+    context = Run(WORKFLOW, config, 0, directory, None,  # the backend's default distribution
                   DataLocation(data_dir))
     save_model(model, directory / WORKFLOW.model_file)
     log(f"wrote {directory / WORKFLOW.model_file}: {model.name}, "

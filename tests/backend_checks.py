@@ -11,6 +11,11 @@ import keras
 import numpy as np
 import pytest
 
+if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 devices
+    import jax
+
+    assert len(jax.devices()) == 2, jax.devices()
+
 import fid_inception_check
 import numpy_reference as ref
 from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
@@ -32,7 +37,9 @@ def test_not_on_tensorflow():
 @pytest.mark.parametrize("name", context_block_names())
 def test_layer_battery(name):
     """``run_layer_test`` on every registered context block as ``context_block(name)``
-    builds it (on JAX, tests/jax_layer_battery.py runs it over 2 devices instead)."""
+    builds it (config round trips, symbolic and eager calls, a fit step, .keras save / load,
+    mixed bfloat16; on JAX, whose process has 2 virtual CPU devices, XLA and a DataParallel
+    fit step over them)."""
     layer = context_block(name)
     init_kwargs = {key: value for key, value in layer.get_config().items()
                    if key not in ("name", "trainable", "dtype")}
@@ -140,10 +147,12 @@ def test_language_model_scores_as_it_steps_with_every_mixer():
 
 def test_fid_inception_equals_the_official_code():
     """The FID Inception's inputs under the three resizes, and its pool3 features and
-    logits under TensorFlow's, against torch-fidelity's and pytorch-fid's
-    (tests/fid_inception_check.py; TensorFlow's test runs the network under all three)."""
-    errors = fid_inception_check.check_inputs_and_features(network_resizes=("tensorflow",))
-    assert len(errors) == 2 * 3 + 2 * 2
+    logits for the three 400×250 images under TensorFlow's resize, against torch-fidelity's
+    and pytorch-fid's (tests/fid_inception_check.py; TensorFlow's test runs the network on
+    both image sets under all three resizes)."""
+    errors = fid_inception_check.check_inputs_and_features(network_resizes=("tensorflow",),
+                                                           network_sets=("large",))
+    assert len(errors) == 2 * 3 + 2
     fid_inception_check.check_fid_inception_input_modes()
 
 

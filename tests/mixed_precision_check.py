@@ -29,7 +29,7 @@ if keras.backend.backend() in ("jax", "torch"):
     # two-optimizer step: stateless on JAX, autograd on PyTorch); classification,
     # segmentation and sequence go through Keras' fit step and the same runner as on
     # TensorFlow, their blocks through the layer battery's mixed_bfloat16 fit step on JAX
-    # (tests/jax_layer_battery.py), and the segmenter's first update under the policy is
+    # (tests/backend_checks.py), and the segmenter's first update under the policy is
     # compared with the float32 one below.
     FLAGS = {"gan": FLAGS["gan"]}
 SCORES = {"gan": (), "classification": ("top1", "loss"), "segmentation": ("miou",),

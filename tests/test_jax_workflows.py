@@ -1,6 +1,6 @@
-"""The workflows on the JAX backend: data parallelism over 2 virtual CPU devices, the layer
-battery on every context block, the float64 metrics, MAC counts, export of a JAX run, and
-the pieces that carry a JAX run (NumPy step checkpoints, one optimizer for two).
+"""The workflows on the JAX backend: data parallelism over 2 virtual CPU devices, the float64
+metrics, MAC counts, export of a JAX run, and the pieces that carry a JAX run (NumPy step
+checkpoints, one optimizer for two). The layer battery on JAX is tests/test_backends.py's.
 
 Kill-and-resume of every workflow on JAX is tests/test_runner.py's (parametrized over the
 backends). Keras picks its backend at import, so the JAX checks run in subprocesses.
@@ -18,16 +18,6 @@ from kctx.training.optimizers import OptimizerGroup
 from workflow_runs import TINY, finish, jax_environment, run_jax, start
 
 TESTS = pathlib.Path(__file__).parent
-
-
-@pytest.mark.parametrize("share", [0, 1])
-def test_every_context_block_passes_the_layer_battery_on_jax(share):
-    output = run_jax([str(TESTS / "jax_layer_battery.py"), str(share), "2"])
-    assert "JAX_LAYER_BATTERY_OK" in output
-    from kctx.layers import context_block_names
-
-    assert {line.split()[1] for line in output.splitlines() if line.startswith("OK ")} == \
-        set(context_block_names()[share::2])
 
 
 def test_data_parallel_step_on_two_devices_is_the_step_on_one():

@@ -308,7 +308,7 @@ def test_segnext_configs_build_the_official_models():
     manifest = json.loads((SEGNEXT / "manifest.json").read_text())
     config = get_config("segnext_ade20k")
     model = build_model(config)
-    assert model.get_layer("decode_head.hamburger").rank == 16
+    assert model.get_layer("decode_head-hamburger").rank == 16
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     assert trainable == manifest["variants"]["t"]["param_count"]
     optimizer = build_optimizer(config)
@@ -320,7 +320,7 @@ def test_segnext_configs_build_the_official_models():
     assert isinstance(sgd, keras.optimizers.SGD)
     assert float(sgd.learning_rate) == pytest.approx(0.02)
     ablation = build_model(get_config("segnext_digits", context="none"))
-    assert "decode_head.context" in [layer.name for layer in ablation.layers]
+    assert "decode_head-context" in [layer.name for layer in ablation.layers]
 
 
 @pytest.mark.parametrize("overrides,match", [
