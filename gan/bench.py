@@ -9,9 +9,12 @@ interleaving the timed steps so that machine noise hits all three alike, and
 prints the overhead over ``none``.
 
 The step runs on the Keras backend of the process: TensorFlow's ``train_step`` in a
-``tf.function`` (``--jit-compile`` for XLA), or on JAX the stateless step
-``jax.jit`` compiles (XLA always), as ``fit`` runs them. ``--backends tensorflow jax``
-times each backend in its own process, one after the other, into one table.
+``tf.function`` (``--jit-compile`` for XLA), on JAX the stateless step ``jax.jit``
+compiles (XLA always), as ``fit`` runs them, or on PyTorch the eager step (autograd, as
+``fit`` runs it there). A timed step ends when the device has finished it (on a GPU:
+``block_until_ready``, ``torch.cuda.synchronize``). ``--backends tensorflow jax torch``
+times each backend in its own process, one after the other, into one table. Only the
+TensorFlow backend needs TensorFlow installed.
 """
 
 import argparse
@@ -25,31 +28,51 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from gan.configs import get_config
 from gan.models import CONTEXTS, build_gan
 from kctx.arguments import output_path, positive_int
 from kctx.bench import report
+from kctx.bench.standalone import wait_for_turn
+
+BACKENDS = ("tensorflow", "jax", "torch")
 
 
 def _batch(config, batch_size, seed=0):
+    """A batch as the data pipeline gives it, as tensors of the process's backend
+    (NumPy arrays on JAX, which ``jax.jit`` puts on the device)."""
     rng = np.random.default_rng(seed)
     size, channels = config.resolution, config.image_channels
-    return {
-        "images": tf.constant(rng.uniform(-1, 1, (batch_size, size, size, channels)), tf.float32),
-        "labels": tf.constant(rng.integers(0, config.num_classes, batch_size), tf.int32),
-        "z_d": tf.constant(rng.normal(size=(batch_size, config.latent_dim)), tf.float32),
-        "z_g": tf.constant(rng.normal(size=(batch_size, config.latent_dim)), tf.float32),
-        "labels_d": tf.constant(rng.integers(0, config.num_classes, batch_size), tf.int32),
-        "labels_g": tf.constant(rng.integers(0, config.num_classes, batch_size), tf.int32),
+    batch = {
+        "images": rng.uniform(-1, 1, (batch_size, size, size, channels)).astype("float32"),
+        "labels": rng.integers(0, config.num_classes, batch_size).astype("int32"),
+        "z_d": rng.normal(size=(batch_size, config.latent_dim)).astype("float32"),
+        "z_g": rng.normal(size=(batch_size, config.latent_dim)).astype("float32"),
+        "labels_d": rng.integers(0, config.num_classes, batch_size).astype("int32"),
+        "labels_g": rng.integers(0, config.num_classes, batch_size).astype("int32"),
     }
+    if keras.backend.backend() == "jax":
+        return batch
+    return {key: keras.ops.convert_to_tensor(value) for key, value in batch.items()}
 
 
 def _step_function(gan, batch, jit_compile):
     """``step(batch)``: one train step that returns when its results are computed."""
-    if keras.backend.backend() != "jax":
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
         return tf.function(gan.train_step, jit_compile=jit_compile)
+    if backend == "torch":
+        import torch
+
+        def step(batch):
+            logs = gan.train_step(batch)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            return logs
+
+        return step
     import jax
 
     state = [tuple(variable.value for variable in variables) for variables in (
@@ -70,8 +93,6 @@ def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_siz
     """Median train-step time per context; rows as dicts (``overhead_vs_none`` in %)."""
     config = get_config(config, batch_size=batch_size)
     batch = _batch(config, batch_size, seed)
-    if keras.backend.backend() == "jax":
-        batch = {key: value.numpy() for key, value in batch.items()}
     steps, rows = {}, {}
     for context in contexts:
         keras.utils.set_random_seed(seed)
@@ -87,12 +108,14 @@ def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_siz
             "context": context, "config": config.name, "batch_size": batch_size,
             "backend": keras.backend.backend(),
             "jit_compile": bool(jit_compile or keras.backend.backend() == "jax"),
+            "device": _device(),
             "g_params": int(gan.generator.count_params()),
             "d_params": int(gan.discriminator.count_params()),
             "first_step_s": round(compile_s, 2), "times_ms": [],
         }
         log(f"built {context}: G {rows[context]['g_params']:,} / D "
             f"{rows[context]['d_params']:,} params, first step {compile_s:.1f} s")
+    wait_for_turn()  # under tools' run_in_turn: time while no other process does
     for _ in range(repeats):  # interleaved: each round times every context once
         for context, step in steps.items():
             start = time.perf_counter()
@@ -105,6 +128,22 @@ def run_gan_bench(config="imagenet128_hamgan_baby", contexts=CONTEXTS, batch_siz
         for row in rows.values():
             row["overhead_vs_none"] = 100.0 * (row["step_ms"] / base - 1.0)
     return list(rows.values())
+
+
+def _device():
+    """What the step ran on: ``cpu`` or the GPU's name."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].device_kind
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    import tensorflow as tf
+
+    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
 
 
 def format_table(rows):
@@ -164,7 +203,7 @@ def main(argv=None):
                         help="untimed steps (incl. tracing; at least 1)")
     parser.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
     parser.add_argument("--json", type=output_path, help="write the rows to this JSON file")
-    parser.add_argument("--backends", nargs="+", choices=("tensorflow", "jax"),
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS,
                         help="time each Keras backend in its own process, into one table "
                              "(default: this process's backend)")
     args = parser.parse_args(argv)

@@ -1,11 +1,11 @@
 """A class-conditional GAN trained with ``fit``: under any tf.distribute strategy on
 TensorFlow, on JAX with Keras's stateless training API (under ``keras.distribution``),
-and on PyTorch (one device) with autograd."""
+and on PyTorch (one device) with autograd. TensorFlow is imported only on its backend:
+the model (and ``gan.bench``) runs where JAX or PyTorch alone is installed."""
 
 import contextlib
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from kctx.training.optimizers import OptimizerGroup
@@ -54,6 +54,8 @@ def gradients(objective, variables):
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
+        import tensorflow as tf
+
         with tf.GradientTape() as tape:
             loss, outputs = objective()
         return outputs, tape.gradient(loss, variables)
@@ -182,6 +184,8 @@ class ConditionalGAN(keras.Model):
         """Replicas whose gradients the strategy sums (TensorFlow); 1 on PyTorch."""
         if keras.backend.backend() != "tensorflow":
             return 1
+        import tensorflow as tf
+
         return tf.distribute.get_strategy().num_replicas_in_sync
 
     def _discriminator_step(self, images, labels, z, fake_labels):

@@ -181,3 +181,39 @@ def test_frechet_distance_streams_in_float64():
     expected = frechet_distance(*(statistic for f in features
                                   for statistic in (f.mean(0), np.cov(f, rowvar=False))))
     assert float(fid.result()) == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's devices")
+def test_nothing_kctx_computes_falls_back_to_the_cpu():
+    """Every context block, the causal mixers, the language model and a reduced SegNeXt
+    run forward and backward with their weights and inputs on PyTorch's ``meta`` device,
+    which stands in for a GPU: a tensor kctx made on the CPU (as ``ops.max(...,
+    initial=0.0)`` does on Keras 3.15's PyTorch backend, which stopped the Hamburger on a
+    GPU) meets the others and fails here as it would there."""
+    import torch
+
+    from kctx.models import MIXERS, CausalLanguageModel, segnext
+
+    def forward_backward(model, x):
+        outputs = model(x, training=True)
+        loss = sum(torch.sum(o.float()) for o in keras.tree.flatten(outputs))
+        if loss.requires_grad:  # (ham_cd's solve on `meta` leaves the graph: forward only)
+            loss.backward()
+        assert all(o.device.type == "meta" for o in keras.tree.flatten(outputs))
+
+    with keras.device("meta"):
+        x = keras.ops.convert_to_tensor(rng.normal(size=(2, 4, 4, 32)).astype("float32"))
+        x.requires_grad_(True)  # "none" has no weights: the gradient reaches the input
+        for name in context_block_names():
+            forward_backward(context_block(name), x)
+        text = keras.ops.convert_to_tensor(rng.integers(0, 11, (2, 6)).astype("int32"))
+        for mixer in MIXERS:
+            forward_backward(CausalLanguageModel(vocabulary_size=11, embed_dim=8,
+                                                 num_blocks=1, mixer=mixer), text)
+        model = segnext(None, num_classes=3, channels=32, ham_channels=32, rank=4,
+                        backbone_options=dict(embed_dims=(8, 16, 32, 32), depths=(1, 1, 1, 1),
+                                              mlp_ratios=(2, 2, 2, 2)),
+                        input_shape=(32, 32, 3))
+        images = keras.ops.convert_to_tensor(rng.uniform(0, 255, (1, 32, 32, 3))
+                                             .astype("float32"))
+        forward_backward(model, images)

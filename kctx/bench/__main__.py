@@ -38,6 +38,11 @@ BENCHMARKS = {
         "SegNeXt T/S/B/L: params, MACs, CPU latency in Keras-TF, XLA, ONNX Runtime, LiteRT "
         "vs the official PyTorch model",
     ),
+    "segnext-gpu": (
+        "kctx.bench.segnext_gpu",
+        "SegNeXt T/S/B/L on a GPU: batch-1 latency and batch-16 throughput, float32 and "
+        "bfloat16, on JAX and PyTorch, beside the official model on the same GPU",
+    ),
     "fid": (
         "kctx.bench.fid",
         "FID Inception features: images/s of kctx (Keras-TF, JAX) beside torch-fidelity; "

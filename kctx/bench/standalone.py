@@ -90,3 +90,237 @@ def package_versions(names):
             versions[name] = None
     return versions
 
+
+
+# --- Timing on an accelerator, and measuring processes that take turns -------------------
+#
+# On a GPU, many measuring processes (one per model, dtype and framework) compile and
+# warm up at the same time, then time one after another, so that compilation (XLA's
+# autotuning included) runs in parallel while no two timed loops share the device:
+# :func:`run_in_turn` starts them, each calls :func:`wait_for_turn` when it is ready to
+# time, and the runner lets them time one at a time.
+
+READY_MARKER = "KCTX_READY_TO_TIME"
+TURN_VARIABLE = "KCTX_TAKE_TURNS"
+
+
+def wait_for_turn():
+    """In a process started by :func:`run_in_turn`: say it is ready, then block until the
+    runner gives it the device. Elsewhere: return at once."""
+    import os
+    import sys
+
+    if os.environ.get(TURN_VARIABLE) != "1":
+        return
+    print(READY_MARKER, flush=True)
+    if not sys.stdin.readline():  # the runner went away: nothing to time for
+        raise SystemExit(3)
+
+
+def time_synced(call, synchronize, repeats, warmup):
+    """Wall time of ``synchronize(call())`` (the device's work finished): ``warmup``
+    untimed calls, then the median, minimum and every one of ``repeats`` timed calls, ms.
+
+    Examples:
+        >>> result = time_synced(lambda: 1, lambda out: out, repeats=3, warmup=1)
+        >>> sorted(result)
+        ['median_ms', 'min_ms', 'repeats', 'times_ms', 'warmup']
+    """
+    import statistics
+    import time
+
+    for _ in range(warmup):
+        synchronize(call())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        synchronize(call())
+        times.append((time.perf_counter() - start) * 1e3)
+    return {"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
+            "times_ms": [round(t, 4) for t in times], "repeats": repeats, "warmup": warmup}
+
+
+def cuda_graph(call, warmup=3):
+    """``call`` (a function of no arguments running PyTorch work on the current CUDA
+    device) captured once in a CUDA graph: the function returned replays the graph and
+    returns the captured outputs (the same tensors, rewritten), without Python or
+    launch overhead. Warm-up calls (cuDNN's autotuning) run on a side stream first."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = call()
+
+    def replay():
+        graph.replay()
+        return outputs
+
+    return replay
+
+
+def torch_profile(call, synchronize, calls=3, top=25):
+    """Where ``call``'s time goes on PyTorch (``torch.profiler`` over ``calls`` calls):
+    the wall ms per call, the ms per call the GPU was busy (the kernels' own time), the
+    kernels launched per call and the ``top`` operators and kernels by their own device
+    time (or CPU time on a CPU). A wall time well above the busy time means the host
+    (Python, the launches) is the limit."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    synchronize(call())
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(calls):
+            synchronize(call())
+        wall = (time.perf_counter() - start) * 1e3 / calls
+
+    def device_us(event):
+        for name in ("self_device_time_total", "self_cuda_time_total"):
+            if hasattr(event, name):
+                return getattr(event, name)
+        return 0.0
+
+    events = prof.key_averages()
+    kernels = [e for e in events if cuda and str(getattr(e, "device_type", "")).endswith("CUDA")]
+    busy = sum(device_us(e) for e in kernels) / 1e3 / calls if cuda else None
+    key = device_us if cuda else (lambda e: e.self_cpu_time_total)
+    ranked = sorted(events, key=key, reverse=True)[:top]
+    return {"calls": calls, "wall_ms": round(wall, 3),
+            "gpu_busy_ms": None if busy is None else round(busy, 3),
+            "kernels_per_call": (round(sum(e.count for e in kernels) / calls, 1)
+                                 if cuda else None),
+            "top": [{"name": e.key[:120], "count_per_call": round(e.count / calls, 1),
+                     "ms_per_call": round(key(e) / 1e3 / calls, 4)} for e in ranked]}
+
+
+def run_together(jobs, max_parallel=4, timeout=900.0, log=print):
+    """Run commands side by side, at most ``max_parallel`` at once, without taking turns
+    (e.g. the compile-only processes that fill JAX's compilation cache before the timed
+    processes of :func:`run_in_turn` load from it). ``jobs`` as :func:`run_in_turn`'s;
+    returns ``{name: exit code}`` (None: stopped after ``timeout`` seconds)."""
+    import os
+    import subprocess
+    import time
+
+    pending, running, codes = list(jobs), {}, {}
+    deadline = time.monotonic() + timeout
+    while pending or running:
+        while pending and len(running) < max_parallel:
+            job = pending.pop(0)
+            env = dict(os.environ, **job.get("env", {}))
+            env.pop(TURN_VARIABLE, None)
+            running[job["name"]] = subprocess.Popen(
+                job["argv"], env=env, cwd=job.get("cwd"), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name, process in list(running.items()):
+            if process.poll() is not None:
+                codes[name] = process.returncode
+                log(f"{name}: exit code {process.returncode}")
+                del running[name]
+            elif time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                codes[name] = None
+                log(f"{name}: stopped after {timeout:.0f} s")
+                del running[name]
+        time.sleep(0.2)
+    return codes
+
+
+def run_in_turn(jobs, prepare_timeout=600.0, run_timeout=300.0, log=print, on_result=None):
+    """Run measuring processes that prepare together and time one at a time.
+
+    Every job starts at once with ``KCTX_TAKE_TURNS=1``; each prepares (builds, compiles,
+    loads) and then calls :func:`wait_for_turn`. When all have said they are ready (or
+    exited, or ``prepare_timeout`` seconds passed), the runner lets them time one after
+    another, in the jobs' order, each for at most ``run_timeout`` seconds, and reads the
+    JSON each wrote. A job that never said it was ready is stopped.
+
+    Args:
+        jobs: dicts with ``name``, ``argv`` (the command), ``json`` (the path the command
+            writes its result to) and optionally ``env`` (variables to add) and ``cwd``.
+        prepare_timeout: seconds for all of them to get ready.
+        run_timeout: seconds each may time for.
+        log: where progress lines go.
+        on_result: called with ``(name, result)`` as each job's result comes in.
+
+    Returns:
+        ``{name: result}``: the JSON a job wrote, or ``{"error": ...}`` with the end of
+        its standard error.
+    """
+    import json
+    import os
+    import subprocess
+    import tempfile
+    import threading
+    import time
+
+    logs = tempfile.mkdtemp(prefix="kctx-turns-")
+    running = {}
+    for job in jobs:
+        env = dict(os.environ, **job.get("env", {}), **{TURN_VARIABLE: "1"})
+        err = open(os.path.join(logs, f"{len(running)}.err"), "w+")
+        process = subprocess.Popen(job["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=err, env=env, cwd=job.get("cwd"), text=True)
+        ready = threading.Event()
+
+        def read(process=process, ready=ready):
+            for line in process.stdout:
+                if line.strip() == READY_MARKER:
+                    ready.set()
+            ready.set()  # exited (or closed its output): nothing more to wait for
+
+        threading.Thread(target=read, daemon=True).start()
+        running[job["name"]] = (job, process, ready, err)
+    started = time.monotonic()
+    for name, (job, process, ready, err) in running.items():
+        ready.wait(max(0.0, prepare_timeout - (time.monotonic() - started)))
+    log(f"{len(running)} processes prepared in {time.monotonic() - started:.0f} s")
+
+    def error_of(process, err, why):
+        err.seek(0)
+        tail = err.read()[-3000:]
+        return {"error": f"{why} (exit code {process.returncode})", "stderr_tail": tail}
+
+    results = {}
+    for name, (job, process, ready, err) in running.items():
+        turn = time.monotonic()
+        if not ready.is_set():
+            process.kill()
+            process.wait()
+            results[name] = error_of(process, err, f"not ready after {prepare_timeout:.0f} s")
+        else:
+            try:
+                if process.poll() is None:
+                    process.stdin.write("go\n")
+                    process.stdin.flush()
+                process.wait(run_timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                results[name] = error_of(process, err, f"timed for over {run_timeout:.0f} s")
+            except BrokenPipeError:
+                process.wait()
+            if name not in results:
+                if process.returncode == 0 and os.path.exists(job["json"]):
+                    with open(job["json"]) as f:
+                        results[name] = json.load(f)
+                else:
+                    results[name] = error_of(process, err, "failed")
+        status = (results[name].get("error", "done") if isinstance(results[name], dict)
+                  else "done")
+        log(f"{name}: {status} ({time.monotonic() - turn:.1f} s)")
+        err.close()
+        if on_result is not None:
+            on_result(name, results[name])
+    return results

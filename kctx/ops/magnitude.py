@@ -20,5 +20,9 @@ def magnitude(x):
         (B, 1, ..., 1): m, broadcastable against ``x``.
     """
     axes = tuple(range(1, len(x.shape)))
-    largest = ops.max(ops.abs(x), axis=axes, keepdims=True, initial=0.0)
+    if any(size == 0 for size in x.shape[1:]):  # nothing to reduce: m = 1
+        return ops.ones_like(ops.sum(x, axis=axes, keepdims=True))
+    # No `initial=`: Keras' PyTorch backend (3.15) makes that tensor on the CPU, which
+    # fails for inputs on a GPU.
+    largest = ops.max(ops.abs(x), axis=axes, keepdims=True)
     return ops.stop_gradient(ops.where(largest > 0, largest, ops.ones_like(largest)))

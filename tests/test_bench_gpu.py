@@ -1,0 +1,148 @@
+"""The GPU benchmarks' plumbing, on the CPU: processes that take turns on the device, the
+SegNeXt table, XLA's HLO census and the committed H200 runs' report (the measurements
+themselves need a GPU: tools/gpu_measurements.py)."""
+
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from kctx.bench import segnext_gpu
+from kctx.bench.standalone import run_in_turn, run_together
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STANDALONE = os.path.join(REPOSITORY, "kctx", "bench", "standalone.py")
+
+
+def _job(tmp_path, name, body):
+    """A measuring process that loads standalone.py by path (no kctx, no Keras) and
+    writes its JSON."""
+    path = tmp_path / f"{name}.json"
+    script = textwrap.dedent(f"""
+        import importlib.util, json, sys, time
+        spec = importlib.util.spec_from_file_location("standalone", {STANDALONE!r})
+        standalone = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(standalone)
+        path = {str(path)!r}
+    """) + textwrap.dedent(body)
+    return {"name": name, "argv": [sys.executable, "-c", script], "json": str(path)}
+
+
+TIMED = textwrap.dedent("""
+    standalone.wait_for_turn()
+    start = time.time()
+    time.sleep(0.3)
+    json.dump({"start": start, "end": time.time()}, open(path, "w"))
+""")
+
+
+def test_processes_prepare_together_and_time_one_at_a_time(tmp_path):
+    jobs = [_job(tmp_path, "a", TIMED), _job(tmp_path, "b", TIMED),
+            _job(tmp_path, "broken", "raise SystemExit('no model')"),
+            _job(tmp_path, "slow", "time.sleep(60)\n" + TIMED)]
+    seen = []
+    results = run_in_turn(jobs, prepare_timeout=4, run_timeout=10, log=lambda *_: None,
+                          on_result=lambda name, result: seen.append(name))
+    assert seen == ["a", "b", "broken", "slow"]
+    assert results["a"]["end"] <= results["b"]["start"]  # never both on the device
+    assert "failed" in results["broken"]["error"]
+    assert "no model" in results["broken"]["stderr_tail"]
+    assert "not ready after 4 s" in results["slow"]["error"]
+
+
+def test_compile_processes_run_side_by_side_without_taking_turns(tmp_path):
+    jobs = [_job(tmp_path, f"compile {i}", TIMED) for i in range(3)]  # wait_for_turn: no-op
+    jobs.append(_job(tmp_path, "fails", "raise SystemExit(4)"))
+    codes = run_together(jobs, max_parallel=2, timeout=60, log=lambda *_: None)
+    assert codes == {"compile 0": 0, "compile 1": 0, "compile 2": 0, "fails": 4}
+
+
+def _args(**overrides):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    segnext_gpu.add_arguments(parser)
+    args = parser.parse_args(["--variants", "t", "--batches", "1", "16"])
+    vars(args).update(overrides)
+    return args
+
+
+def _cell(ms, batch):
+    return {"median_ms": ms, "images_per_s": batch * 1e3 / ms}
+
+
+def test_segnext_rows_compare_kctx_best_with_the_official_best():
+    results = {
+        "jax/t/float32": {"cells": {"1": _cell(6.0, 1), "16": _cell(60.0, 16)}},
+        "torch/t/float32": {"cells": {"1": _cell(90.0, 1), "16": _cell(100.0, 16)},
+                            "cells_graph": {"1": {"error": "capture"},
+                                            "16": _cell(30.0, 16)}},
+        "official/t/float32": {"cells": {"1": _cell(12.0, 1), "16": _cell(40.0, 16)},
+                               "cells_graph": {"1": _cell(10.0, 1), "16": {"error": "no"}}},
+        "jax/t/bfloat16": {"error": "not ready after 240 s"},
+    }
+    rows = segnext_gpu.rows_of(results, _args())
+    by_key = {(r["dtype"], r["batch"]): r for r in rows}
+    batch1 = by_key["float32", 1]
+    assert batch1["best"] == "jax" and batch1["official_best_ms"] == 10.0
+    assert batch1["ratio"] == 0.6 and batch1["meets_goal"]
+    batch16 = by_key["float32", 16]
+    assert batch16["best"] == "torch_graph" and batch16["ratio"] == 0.75
+    assert not batch16["meets_goal"]
+    assert by_key["bfloat16", 1]["ratio"] is None  # nothing measured
+    table = segnext_gpu.format_table(rows, "NVIDIA H200")
+    line = next(line for line in table.splitlines() if "float32      16" in line)
+    assert "0.75 !" in line and "30.0" in line and "533/s" in line
+    assert "kctx PT graph" in table and "NVIDIA H200" in table
+
+
+def test_hlo_census_counts_the_kernels_outside_fusions():
+    class Compiled:
+        def as_text(self):
+            return textwrap.dedent("""
+                %fused_computation.1 (p: f32[4]) -> f32[4] {
+                  %p = f32[4]{0} parameter(0)
+                  ROOT %t = f32[4]{0} transpose(f32[4]{0} %p), dimensions={0}
+                }
+                ENTRY %main (x: f32[4]) -> f32[4] {
+                  %x = f32[4]{0} parameter(0)
+                  %c = (f32[4]{0}, s8[0]{0}) custom-call(f32[4]{0} %x), custom_call_target="__cudnn$convForward"
+                  %f = f32[4]{0} fusion(f32[4]{0} %x), kind=kLoop, calls=%fused_computation.1
+                  ROOT %t2 = f32[4]{0} transpose(f32[4]{0} %f), dimensions={0}
+                }
+            """)
+
+    assert segnext_gpu.hlo_census(Compiled()) == {
+        "custom-call __cudnn$convForward": 1, "fusion": 1, "transpose": 1}
+
+
+def test_the_committed_h200_runs_report():
+    """results/gpu_h200 (two leases of tools/gpu_measurements.py) stays readable: the
+    report the docs' GPU tables come from."""
+    path = os.path.join(REPOSITORY, "tools", "gpu_measurements.py")
+    spec = importlib.util.spec_from_file_location("gpu_measurements", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    folders = [os.path.join(REPOSITORY, "results", "gpu_h200", name)
+               for name in ("lease1", "lease2")]
+    text = tool.report_runs(folders)
+    assert "SegNeXt on NVIDIA H200" in text
+    line = next(line for line in text.splitlines()
+                if line.startswith("SegNeXt-L  float32       1") and "lease1" in line)
+    assert "14.53" in line and "21.81" in line
+    assert "official mmseg LightHam Hamburger" in text and "HamGAN" in text
+    with open(os.path.join(folders[0], "blocks_gpu.json")) as f:
+        ceilings = json.load(f)["blocks/jax"]["ceilings"]
+    assert ceilings["copy_gb_per_s"] > 1000
+
+
+def test_the_gpu_benchmark_refuses_tensorflow():
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the suite's main process runs TensorFlow")
+    with pytest.raises(ValueError, match="JAX and PyTorch"):
+        segnext_gpu.Runner()

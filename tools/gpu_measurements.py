@@ -1,0 +1,351 @@
+"""Every GPU measurement of kctx in one command (issue 39's GPU tables).
+
+Run on a machine with one CUDA GPU, JAX and PyTorch (no TensorFlow needed), from the
+repository root, with the official code importable (torch, mmengine, mmcv-lite 2.1.0,
+mmsegmentation 1.2.2; ``tools/official_mmseg.py`` stubs mmcv's compiled ops):
+
+    python tools/gpu_measurements.py --out results/gpu
+
+It measures, in processes that build and compile together and then time one at a time
+(:func:`kctx.bench.standalone.run_in_turn`):
+
+1. **SegNeXt T / S / B / L** at 512×512 (``python -m kctx.bench segnext-gpu``'s
+   processes): batch-1 latency and batch-16 throughput, float32 and bfloat16, kctx on JAX
+   and on PyTorch (eager and replayed as a CUDA graph), beside mmsegmentation's model
+   (eager and as a CUDA graph);
+2. **the Hamburger paper's Table 3 blocks** at 1×128²×512 (``kctx.bench.gpu_blocks``) on
+   JAX and PyTorch against the device's copy bandwidth and matmul rates, beside mmseg's
+   LightHam ``Hamburger`` module;
+3. **training steps**: the HamGAN's (``python -m gan.bench``, the 128×128
+   ``imagenet128_hamgan_baby`` with no block, the Hamburger and self-attention) and
+   SegNeXt-T's on ADE20K's recipe (``python -m segmentation.bench --train-step``, batch 16
+   of 512² crops, paramwise AdamW) on JAX and PyTorch, beside mmseg's training step.
+
+Writes ``segnext_gpu.json``, ``blocks_gpu.json``, ``train_steps_gpu.json`` and
+``gpu_measurements.md`` (the tables) to ``--out``, each JSON rewritten as results come
+in, and prints the tables. ``--smoke`` runs the same protocol at toy sizes (on a CPU too:
+``--official-device cpu``), to try it out.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+# This process only starts the others and writes tables; Keras needs a backend to import
+# (the GPU machines have JAX and PyTorch, no TensorFlow).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+from kctx.bench import gpu_blocks, segnext_gpu  # noqa: E402
+from kctx.bench.standalone import run_in_turn, run_together  # noqa: E402
+
+OFFICIAL_SCRIPT = REPOSITORY / "tools" / "segnext_official_latency.py"
+GAN_CONFIG = "imagenet128_hamgan_baby"
+
+
+def segnext_arguments(args):
+    """The ``kctx.bench segnext-gpu`` arguments of this run."""
+    parser = argparse.ArgumentParser()
+    segnext_gpu.add_arguments(parser)
+    argv = ["--official-python", args.python, "--official-device", args.official_device,
+            "--variants", *args.variants, "--check-fixtures",
+            str(REPOSITORY / "tests" / "fixtures" / "segnext"), "--profile", *args.profile]
+    if args.smoke:
+        argv += ["--size", "64", "--batches", "1", "2", "--repeats", "2", "--warmup", "1",
+                 "--batch-repeats", "2", "--batch-warmup", "1"]
+    else:
+        argv += ["--repeats", str(args.repeats), "--warmup", "5", "--batch-repeats",
+                 str(args.batch_repeats), "--batch-warmup", "2"]
+    return parser.parse_args(argv)
+
+
+# JAX's persistent compilation cache: the compile-only processes write every program
+# (XLA's autotuning choices included), the timed processes load them.
+CACHE_VARIABLES = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def backend_env(backend, cache=None):
+    env = {"KERAS_BACKEND": backend, "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.pathsep.join(
+               [str(REPOSITORY), os.environ.get("PYTHONPATH", "")])}
+    if backend == "jax" and cache:
+        env.update(CACHE_VARIABLES, JAX_COMPILATION_CACHE_DIR=cache)
+    return env
+
+
+def compile_jobs(jobs):
+    """The compile-only twins of the JAX processes: the SegNeXt and block processes with
+    ``--compile-only``, the training-step benchmarks as they are (a few steps compile and
+    run, without taking turns)."""
+    twins = []
+    for job in jobs:
+        if job.get("env", {}).get("KERAS_BACKEND") != "jax":
+            continue
+        argv = list(job["argv"])
+        if job["name"].startswith(("jax/", "blocks/")):
+            argv.append("--compile-only")
+        twins.append(dict(job, name=f"compile {job['name']}", argv=argv))
+    return twins
+
+
+def block_jobs(args, folder):
+    """Table 3's blocks on each backend, and mmseg's LightHam module."""
+    size, channels, repeats = (16, 64, 2) if args.smoke else (128, 512, args.repeats)
+    jobs = []
+    for backend in ("jax", "torch"):
+        path = os.path.join(folder, f"blocks-{backend}.json")
+        argv = [args.python, "-m", "kctx.bench.gpu_blocks", "--size", str(size),
+                "--channels", str(channels), "--repeats", str(repeats), "--json", path]
+        if args.smoke:
+            argv += ["--warmup", "1", "--copy-mib", "16", "--matmul-size", "256"]
+        jobs.append({"name": f"blocks/{backend}", "argv": argv, "json": path,
+                     "env": backend_env(backend, args.jax_cache), "cwd": str(REPOSITORY)})
+    path = os.path.join(folder, "blocks-official.json")
+    argv = [args.python, str(OFFICIAL_SCRIPT), "--device", args.official_device, "--hamburger",
+            "1", str(channels), str(size), str(size), "--rank", str(channels // 8),
+            "--repeats", str(repeats), "--warmup", "10" if not args.smoke else "1",
+            "--json", path]
+    jobs.append({"name": "blocks/official", "argv": argv, "json": path})
+    return jobs
+
+
+def train_jobs(args, folder):
+    """The HamGAN's and SegNeXt-T's training steps on each backend, and mmseg's."""
+    batch, repeats = (2, 2) if args.smoke else (16, args.batch_repeats + 4)
+    gan_batch = 2 if args.smoke else 64
+    crop = 64 if args.smoke else 512
+    jobs = []
+    for backend in ("jax", "torch"):
+        path = os.path.join(folder, f"gan-{backend}.json")
+        argv = [args.python, "-m", "gan.bench", "--config",
+                "digits" if args.smoke else GAN_CONFIG, "--batch-size", str(gan_batch),
+                "--repeats", str(repeats), "--warmup", "3", "--json", path]
+        jobs.append({"name": f"gan/{backend}", "argv": argv, "json": path,
+                     "env": backend_env(backend, args.jax_cache), "cwd": str(REPOSITORY)})
+    for backend in ("jax", "torch"):
+        path = os.path.join(folder, f"segmentation-{backend}.json")
+        argv = [args.python, "-c", (
+            "import sys, segmentation.configs as c, segmentation.bench as b; "
+            f"get = c.get_config; c.get_config = lambda n, **o: get(n, crop_size={crop}, **o); "
+            "sys.exit(b.main(sys.argv[1:]))"), "--train-step", "--config", "segnext_ade20k",
+            "--batch-size", str(batch), "--repeats", str(repeats), "--warmup", "3",
+            "--json", path]
+        jobs.append({"name": f"segmentation/{backend}", "argv": argv, "json": path,
+                     "env": backend_env(backend, args.jax_cache), "cwd": str(REPOSITORY)})
+    path = os.path.join(folder, "segmentation-official.json")
+    argv = [args.python, str(OFFICIAL_SCRIPT), "--device", args.official_device, "--train-step",
+            "--variant", "t", "--size", str(crop), "--batches", str(batch), "--repeats",
+            str(repeats), "--warmup", "3", "--json", path]
+    jobs.append({"name": "segmentation/official", "argv": argv, "json": path})
+    return jobs
+
+
+def train_table(results):
+    lines = ["Training steps (ms per step, median)", f"{'Step':<46} {'kctx JAX':>10} "
+             f"{'kctx PyTorch':>13} {'official':>10}", "-" * 82]
+    gan = {b: results.get(f"gan/{b}", {}) for b in ("jax", "torch")}
+    rows = {b: {r["context"]: r for r in (v if isinstance(v, list) else [])}
+            for b, v in gan.items()}
+    for context in ("none", "ham_nmf", "self_attention"):
+        cells = [rows[b].get(context, {}).get("step_ms") for b in ("jax", "torch")]
+        any_row = next((rows[b][context] for b in rows if context in rows[b]), None)
+        if any_row is None:
+            continue
+        label = f"HamGAN {any_row['config']} b{any_row['batch_size']} {context}"
+        lines.append(f"{label:<46} " + " ".join(
+            f"{c:>10.1f}" if c is not None else f"{'failed':>10}" for c in cells[:1])
+            + (f" {cells[1]:>13.1f}" if cells[1] is not None else f" {'failed':>13}")
+            + f" {'—':>10}")
+    seg = [results.get(f"segmentation/{b}", {}) for b in ("jax", "torch", "official")]
+    label = "SegNeXt-T segnext_ade20k train step"
+    values = [seg[0].get("step_ms"), seg[1].get("step_ms"), seg[2].get("median_ms")]
+    if any(v is not None for v in values):
+        batch = next((s.get("batch_size") for s in seg if s.get("batch_size")), None)
+        lines.append(f"{label + (f' b{batch}' if batch else ''):<46} "
+                     + " ".join(f"{v:>{w}.1f}" if v is not None else f"{'failed':>{w}}"
+                                for v, w in zip(values, (10, 13, 10))))
+    return "\n".join(lines)
+
+
+def official_block_line(result):
+    if "inference" not in result:
+        return f"official LightHam module: failed: {result.get('error', '')}"
+    return (f"official mmseg LightHam Hamburger (PyTorch eager): infer "
+            f"{result['inference']['median_ms']:.3f} ms, train step "
+            f"{result['train_step']['median_ms']:.3f} ms")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/gpu", help="folder for the JSON and tables")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python of every measuring process (kctx and the official)")
+    parser.add_argument("--official-device", default="cuda")
+    parser.add_argument("--variants", nargs="+", default=list(segnext_gpu.VARIANTS),
+                        choices=segnext_gpu.VARIANTS)
+    parser.add_argument("--parts", nargs="+", default=["segnext", "blocks", "train"],
+                        choices=("segnext", "blocks", "train"))
+    parser.add_argument("--jax-cache",
+                        help="JAX's compilation cache folder (default: a new temporary one)")
+    parser.add_argument("--compile-parallel", type=int, default=4,
+                        help="compile-only JAX processes at once (each autotunes on the GPU "
+                             "and keeps what it allocated until it exits)")
+    parser.add_argument("--compile-timeout", type=float, default=600.0)
+    parser.add_argument("--prepare-timeout", type=float, default=300.0)
+    parser.add_argument("--run-timeout", type=float, default=90.0)
+    parser.add_argument("--repeats", type=int, default=30,
+                        help="timed calls at batch 1 and of the blocks")
+    parser.add_argument("--batch-repeats", type=int, default=6,
+                        help="timed SegNeXt calls at batch 16 (training steps: 4 more)")
+    parser.add_argument("--select", nargs="+", metavar="PATTERN",
+                        help="only the processes whose names match (fnmatch: 'jax/t/*', "
+                             "'official/*', 'blocks/torch', 'gan/*', 'segmentation/jax')")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes, to try it out")
+    parser.add_argument("--profile", nargs="+", default=["t", "l"], metavar="VARIANT",
+                        help="the variants whose PyTorch calls are profiled (float32)")
+    parser.add_argument("--list", action="store_true", help="print the processes' names only")
+    parser.add_argument("--report", nargs="+", metavar="DIR",
+                        help="print the tables of earlier runs' folders (their JSON) instead")
+    args = parser.parse_args(argv)
+    if args.report:
+        text = report_runs(args.report)
+        print(text)
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kctx-gpu-")
+    args.jax_cache = args.jax_cache or tempfile.mkdtemp(prefix="kctx-jax-cache-")
+    seg_args = segnext_arguments(args)
+    jobs = []
+    if "segnext" in args.parts:
+        for job in segnext_gpu.jobs_of(seg_args, folder):
+            job.setdefault("env", {})
+            if job["name"].startswith(("jax/", "torch/")):
+                job["env"] = backend_env(job["name"].split("/")[0], args.jax_cache)
+                job["cwd"] = str(REPOSITORY)
+            jobs.append(job)
+    if "blocks" in args.parts:
+        jobs += block_jobs(args, folder)
+    if "train" in args.parts:
+        jobs += train_jobs(args, folder)
+    if args.select:
+        import fnmatch
+
+        jobs = [job for job in jobs
+                if any(fnmatch.fnmatch(job["name"], pattern) for pattern in args.select)]
+    if args.list:
+        print("\n".join(job["name"] for job in jobs))
+        return 0
+    command = " ".join(["python", "tools/gpu_measurements.py", *(argv or sys.argv[1:])])
+    results = {}
+    twins = compile_jobs(jobs)
+    if twins:  # JAX compiles first, a few processes at a time, into the cache
+        start = time.time()
+        run_together(twins, args.compile_parallel, args.compile_timeout)
+        print(f"compiled {len(twins)} JAX processes' programs in {time.time() - start:.0f} s",
+              flush=True)
+
+    def write(name=None, result=None):
+        if name is not None:
+            results[name] = result
+            summary = {k: v for k, v in result.items()
+                       if k in ("error", "median_ms", "step_ms")} if isinstance(result, dict) \
+                else {}
+            print(f"RESULT {name} {json.dumps(summary)[:300]}", flush=True)
+        seg = {k: v for k, v in results.items() if k.split("/")[0] in COLUMNS_PROCESSES}
+        payload = segnext_gpu.run_payload(seg, seg_args, started) if seg else None
+        if payload:
+            payload["command"] = command
+            _dump(os.path.join(args.out, "segnext_gpu.json"), payload)
+        blocks = {k: v for k, v in results.items() if k.startswith("blocks/")}
+        if blocks:
+            _dump(os.path.join(args.out, "blocks_gpu.json"), {"command": command, **blocks})
+        train = {k: v for k, v in results.items() if k.startswith(("gan/", "segmentation/"))}
+        if train:
+            _dump(os.path.join(args.out, "train_steps_gpu.json"), {"command": command, **train})
+        return payload, blocks, train
+
+    run_in_turn(jobs, args.prepare_timeout, args.run_timeout, on_result=write)
+    payload, blocks, train = write()
+    tables = []
+    if payload:
+        device = (payload["device"] or {}).get("device_kind")
+        tables.append(segnext_gpu.format_table(payload["rows"], device))
+        fixtures = {k: v.get("fixtures") for k, v in results.items()
+                    if isinstance(v, dict) and v.get("fixtures")}
+        if fixtures:
+            tables.append("Official fixtures on the GPU (max |kctx − official| / max |official|"
+                          "): " + json.dumps(fixtures))
+    if blocks:
+        tables.append(gpu_blocks.format_table([blocks[k] for k in ("blocks/jax", "blocks/torch")
+                                               if "rows" in blocks.get(k, {})]))
+        tables.append(official_block_line(blocks.get("blocks/official", {})))
+    if train:
+        tables.append(train_table(train))
+    text = "\n\n".join(tables) + f"\n\nCommand: {command}\nWall: {time.time() - started:.0f} s\n"
+    with open(os.path.join(args.out, "gpu_measurements.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+COLUMNS_PROCESSES = ("jax", "torch", "official")
+
+
+def report_runs(folders):
+    """The tables of earlier runs (each folder: what ``--out`` received), one SegNeXt
+    table over them all, each row from one run (kctx beside the official model of the
+    same machine), then the blocks and the training steps."""
+    rows, device, tables = [], None, []
+    for folder in folders:
+        path = os.path.join(folder, "segnext_gpu.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                payload = json.load(f)
+            device = device or (payload.get("device") or {}).get("device_kind")
+            for row in payload["rows"]:
+                kctx = [c for name, c in row["frameworks"].items()
+                        if not name.startswith("official") and "median_ms" in c]
+                if kctx:
+                    rows.append(dict(row, run=os.path.basename(os.path.normpath(folder))))
+    if rows:
+        table = segnext_gpu.format_table(rows, device).splitlines()
+        table[1] += " | run"
+        table[2] += "-" * 8
+        for i, row in enumerate(rows):
+            table[3 + i] += f" | {row['run']}"
+        tables.append("\n".join(table))
+    for folder in folders:
+        path = os.path.join(folder, "blocks_gpu.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                blocks = json.load(f)
+            tables.append(f"Blocks ({os.path.basename(os.path.normpath(folder))}):\n"
+                          + gpu_blocks.format_table([blocks[k] for k in ("blocks/jax",
+                                                                         "blocks/torch")
+                                                     if "rows" in blocks.get(k, {})])
+                          + "\n" + official_block_line(blocks.get("blocks/official", {})))
+        path = os.path.join(folder, "train_steps_gpu.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                train = json.load(f)
+            tables.append(f"({os.path.basename(os.path.normpath(folder))}) "
+                          + train_table(train))
+    return "\n\n".join(tables)
+
+
+def _dump(path, payload):
+    with open(path + ".tmp", "w") as f:
+        json.dump(payload, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
