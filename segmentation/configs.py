@@ -15,6 +15,7 @@ from segmentation.models import BACKBONE_NAMES, HEADS, MSCAN_BACKBONES, SEGNEXT_
 
 OPTIMIZERS = ("sgd", "adamw")
 EVAL_MODES = ("whole", "slide")
+LOSS_AVERAGES = ("valid", "all")  # the cross-entropy over the labelled pixels or over all
 # mmseg's SegNeXt paramwise_cfg.custom_keys: the decode head (kctx's "decode_head-*"
 # layers) at 10× the learning rate, MSCAN's norms (norm1, norm2, patch_embed*.norm,
 # norm1..4) without weight decay ("pos_block" matches nothing in SegNeXt).
@@ -27,7 +28,7 @@ SEGNEXT_PARAMWISE = {"head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0},
 SEGNEXT_RECIPE = dict(
     backbone="mscan_t", output_stride=8, steps=160_000, context=SEGNEXT_CONTEXT,
     head_channels=None, optimizer="adamw", learning_rate=6e-5, weight_decay=0.01, power=1.0,
-    warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE, scale_range=(0.5, 2.0),
+    warmup_steps=1500, paramwise=SEGNEXT_PARAMWISE, loss_average="all", scale_range=(0.5, 2.0),
     cat_max_ratio=0.75, photometric=True, train_split="train", eval_split="val",
     checkpoint_every=2000)
 
@@ -108,6 +109,10 @@ class SegmentationConfig:
             then poly decay to 0 at the last step, as mmengine's LinearLR + PolyLR (0: the
             plain poly schedule).
         warmup_ratio: the warm-up's first factor of the learning rate.
+        loss_average: what the per-pixel cross-entropy is averaged over: valid (the
+            labelled pixels, PyTorch's and Keras' ignore_index / ignore_class) or all (every
+            pixel, the ignored ones adding 0: mmseg 1.x's CrossEntropyLoss with its default
+            avg_non_ignore=False, which the SegNeXt recipes train with).
         train_scale: (long, short) the random rescale factors apply to, keeping the
             aspect ratio (mmseg's RandomResize scale, e.g. 2048,512; none: the image's
             own size).
@@ -160,6 +165,7 @@ class SegmentationConfig:
     paramwise: dict | None = None
     warmup_steps: int = 0
     warmup_ratio: float = 1e-6
+    loss_average: str = "valid"
     train_scale: tuple | None = None
     cat_max_ratio: float = 1.0
     photometric: bool = False
@@ -186,6 +192,7 @@ class SegmentationConfig:
         check_one_of(self, "output_stride", (8, 16))
         check_one_of(self, "optimizer", OPTIMIZERS)
         check_one_of(self, "eval_mode", EVAL_MODES)
+        check_one_of(self, "loss_average", LOSS_AVERAGES)
         check_context_block(self.context, also=HEADS)
         for name in ("head_channels", "eval_size", "eval_images", "eval_ham_steps",
                      "eval_crop", "eval_stride"):

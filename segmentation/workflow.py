@@ -50,6 +50,61 @@ def build_optimizer(config):
     return sgd(schedule, config.momentum, config.weight_decay)
 
 
+@keras.saving.register_keras_serializable(package="segmentation")
+class PixelCrossEntropy(keras.losses.Loss):
+    """Per-pixel softmax cross-entropy of logits, the ignored label left out, averaged
+    over every pixel of the batch: the ignored ones count in the mean as zeros, as mmseg
+    1.x's ``CrossEntropyLoss`` computes it (its default ``avg_non_ignore=False``).
+
+    ``keras.losses.SparseCategoricalCrossentropy(ignore_class=...)`` (and PyTorch's
+    ``ignore_index``) average over the labelled pixels instead: the two differ by the
+    share of labelled pixels in the batch, which changes from batch to batch.
+
+    Args:
+        ignore_class: the label that marks pixels without one.
+        name: the loss's name.
+        **kwargs: ``keras.losses.Loss`` arguments (``reduction``, ``dtype``).
+
+    Call arguments:
+        y_true: (B, H, W) integer labels.
+        y_pred: (B, H, W, classes) logits.
+
+    Example:
+
+    >>> loss = PixelCrossEntropy()
+    >>> labels = np.array([[[0, 1, 255, 255]]])  # half the pixels ignored
+    >>> round(float(loss(labels, np.zeros((1, 1, 4, 3), "float32"))), 4)  # ln 3 / 2
+    0.5493
+
+    Reference:
+        mmsegmentation 1.x, ``mmseg/models/losses/cross_entropy_loss.py``.
+    """
+
+    def __init__(self, ignore_class=IGNORE_LABEL, name="pixel_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.ignore_class = int(ignore_class)
+
+    def call(self, y_true, y_pred):
+        labels = keras.ops.cast(y_true, "int32")
+        valid = keras.ops.not_equal(labels, self.ignore_class)
+        labels = keras.ops.where(valid, labels, keras.ops.zeros_like(labels))
+        losses = keras.ops.sparse_categorical_crossentropy(labels, y_pred, from_logits=True)
+        return losses * keras.ops.cast(valid, losses.dtype)  # the batch mean: over all pixels
+
+    def get_config(self):
+        return {**super().get_config(), "ignore_class": self.ignore_class}
+
+
+def build_loss(config):
+    """The config's cross-entropy: averaged over the labelled pixels
+    (``loss_average="valid"``) or over all pixels (``"all"``, :class:`PixelCrossEntropy`:
+    mmseg's, which the SegNeXt recipes use)."""
+    if config.loss_average == "all":
+        return PixelCrossEntropy(IGNORE_LABEL)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                      ignore_class=IGNORE_LABEL)
+
+
 def confusion_matrix(model, dataset, num_classes):
     """The (num_classes, num_classes) confusion matrix of ``model`` on ``dataset`` (labels
     255 ignored; rows: labels, columns: predictions).
@@ -259,9 +314,7 @@ class SegmentationWorkflow(Workflow):
 
     def build(self, run):
         model = build_model(run.config, run.replicas)
-        model.compile(optimizer=build_optimizer(run.config),
-                      loss=keras.losses.SparseCategoricalCrossentropy(
-                          from_logits=True, ignore_class=IGNORE_LABEL))
+        model.compile(optimizer=build_optimizer(run.config), loss=build_loss(run.config))
         return model
 
     def train_data(self, run, start_step, input_context):

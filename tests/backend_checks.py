@@ -30,6 +30,13 @@ JIT = BACKEND == "jax"
 rng = np.random.default_rng(0)
 
 
+# On JAX, the DataParallel step (one XLA program over the global batch: XLA shards it, so a
+# block cannot compute anything else there) for the blocks that mix the samples of a batch
+# (the breads' batch norm, the per-sample dictionaries) or hold the most state, not for every
+# block: each is another compile of the whole step (about 2.5 CPU s a block).
+DATA_PARALLEL_BLOCKS = ("ham_nmf", "ham_nmf_light", "self_attention", "poly_nl", "kao_kv")
+
+
 def test_not_on_tensorflow():
     assert BACKEND in ("jax", "torch"), BACKEND
 
@@ -38,13 +45,15 @@ def test_not_on_tensorflow():
 def test_layer_battery(name):
     """``run_layer_test`` on every registered context block as ``context_block(name)``
     builds it (config round trips, symbolic and eager calls, a fit step, .keras save / load,
-    mixed bfloat16; on JAX, whose process has 2 virtual CPU devices, XLA and a DataParallel
+    mixed bfloat16; on JAX, whose process has 2 virtual CPU devices, XLA and (for
+    :data:`DATA_PARALLEL_BLOCKS`) a DataParallel
     fit step over them)."""
     layer = context_block(name)
     init_kwargs = {key: value for key, value in layer.get_config().items()
                    if key not in ("name", "trainable", "dtype")}
     # 32 channels: ham_nmf_light's group norm has SegNeXt's 32 groups.
-    run_layer_test(type(layer), init_kwargs, (2, 4, 4, 32))
+    run_layer_test(type(layer), init_kwargs, (2, 4, 4, 32),
+                   run_distributed=BACKEND != "jax" or name in DATA_PARALLEL_BLOCKS)
 
 
 @pytest.mark.parametrize("method,temperature", [("nmf", 1.0), ("vq", 0.5), ("cd", 0.5)])
@@ -183,8 +192,16 @@ def test_frechet_distance_streams_in_float64():
     assert float(fid.result()) == pytest.approx(expected, rel=1e-4)
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's devices")
-def test_nothing_kctx_computes_falls_back_to_the_cpu():
+def _zero_size_batch_gives_an_empty_output():
+    """An empty batch passes every context block on PyTorch too, which refuses a reshape to
+    (0, -1, C) and whose `max` kctx calls without `initial` (TensorFlow's suite checks the
+    same: tests/test_bad_inputs.py; on JAX it would compile every block once more)."""
+    x = keras.ops.convert_to_tensor(np.zeros((0, 4, 4, 32), "float32"))
+    for name in context_block_names():
+        assert tuple(keras.ops.shape(context_block(name)(x))) == (0, 4, 4, 32), name
+
+
+def _nothing_kctx_computes_falls_back_to_the_cpu():
     """Every context block, the causal mixers, the language model and a reduced SegNeXt
     run forward and backward with their weights and inputs on PyTorch's ``meta`` device,
     which stands in for a GPU: a tensor kctx made on the CPU (as ``ops.max(...,
@@ -217,3 +234,9 @@ def test_nothing_kctx_computes_falls_back_to_the_cpu():
         images = keras.ops.convert_to_tensor(rng.uniform(0, 255, (1, 32, 32, 3))
                                              .astype("float32"))
         forward_backward(model, images)
+
+
+if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
+    test_nothing_kctx_computes_falls_back_to_the_cpu = \
+        _nothing_kctx_computes_falls_back_to_the_cpu
+    test_zero_size_batch_gives_an_empty_output = _zero_size_batch_gives_an_empty_output

@@ -1,5 +1,5 @@
-"""Run by tests/test_runner.py in a subprocess per Keras backend: every workflow (on JAX and
-PyTorch, the GAN) trains a few steps with ``--dtype-policy mixed_bfloat16``, and a
+"""Run by tests/test_runner.py in a subprocess per Keras backend: the GAN and segmentation (on
+JAX and PyTorch, the GAN) train a few steps with ``--dtype-policy mixed_bfloat16``, and a
 segmenter's first SGD step under that policy follows the float32 one.
 
     KERAS_BACKEND=jax python tests/mixed_precision_check.py RUNS_DIR
@@ -32,6 +32,12 @@ if keras.backend.backend() in ("jax", "torch"):
     # (tests/backend_checks.py), and the segmenter's first update under the policy is
     # compared with the float32 one below.
     FLAGS = {"gan": FLAGS["gan"]}
+else:
+    # On TensorFlow, the GAN (its own step) and segmentation (Keras' fit step, whose
+    # evaluation rescores under the policy): classification and sequence train through the
+    # same fit step and runner, their blocks through the layer battery's mixed_bfloat16 fit
+    # step (every block, on every backend).
+    FLAGS = {name: FLAGS[name] for name in ("gan", "segmentation")}
 SCORES = {"gan": (), "classification": ("top1", "loss"), "segmentation": ("miou",),
           "sequence": ("accuracy",)}
 MODEL_FILE = {"gan": "generator.keras"}

@@ -203,8 +203,8 @@ WORKFLOW_MODELS = {
     "gan_generator_ham_nmf": _gan_generator,
     "segmenter_ham_nmf": lambda: _segmenter("ham_nmf"),
     "segmenter_aspp": lambda: _segmenter("aspp"),
+    # (MobileNetV2's inverted residuals are KANet_KV's, which adds KAO: one model for both.)
     "kanet_kv": lambda: _classifier("kanet_kv"),
-    "mobilenet_v2": lambda: _classifier("mobilenet_v2"),
     "psf_sequence": _sequence_model,
 }
 

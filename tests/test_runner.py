@@ -399,9 +399,9 @@ def test_sum_over_workers_adds_what_each_worker_holds():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_mixed_bfloat16_runs_every_workflow(backend, tmp_path):
+def test_mixed_bfloat16_trains_saves_and_rescores(backend, tmp_path):
     """``--dtype-policy mixed_bfloat16`` on each backend (tests/mixed_precision_check.py):
-    every workflow (on JAX and PyTorch, the GAN) trains, records the policy, saves
+    the GAN and segmentation (on JAX and PyTorch, the GAN) train, records the policy, saves
     layers that compute in bfloat16 on float32 weights, re-scores alike and refuses a float32
     rerun in its folder; a segmenter's first update under the policy follows the float32
     one."""

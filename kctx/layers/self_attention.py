@@ -11,6 +11,7 @@ from kctx.validation import (
 )
 from kctx.layers._projection import ProjectionMixin, serialize_projection_config
 from kctx.layers.context_block import register_context_block
+from kctx.ops.shapes import positions
 
 
 @keras.saving.register_keras_serializable(package="kctx")
@@ -97,9 +98,10 @@ class SelfAttention2D(ProjectionMixin, keras.layers.Layer):
         kv_inputs = inputs
         if self.pool_size is not None:
             kv_inputs = ops.max_pool(inputs, self.pool_size, strides=self.pool_size, padding="valid")
-        query = ops.reshape(self._apply(inputs, self.query), (batch, -1, self._key_dim))
-        key = ops.reshape(self._apply(kv_inputs, self.key), (batch, -1, self._key_dim))
-        value = ops.reshape(self._apply(kv_inputs, self.value), (batch, -1, self._value_dim))
+        n, m = positions(inputs.shape), positions(kv_inputs.shape)  # static where known
+        query = ops.reshape(self._apply(inputs, self.query), (batch, n, self._key_dim))
+        key = ops.reshape(self._apply(kv_inputs, self.key), (batch, m, self._key_dim))
+        value = ops.reshape(self._apply(kv_inputs, self.value), (batch, m, self._value_dim))
         query = ops.cast(query, "float32")
         if self.use_scale:
             query = query * (1.0 / float(self._key_dim) ** 0.5)

@@ -1,5 +1,6 @@
 """Per-example magnitude for scale-free evaluation of homogeneous operators."""
 
+import keras
 from keras import ops
 
 
@@ -20,9 +21,12 @@ def magnitude(x):
         (B, 1, ..., 1): m, broadcastable against ``x``.
     """
     axes = tuple(range(1, len(x.shape)))
-    if any(size == 0 for size in x.shape[1:]):  # nothing to reduce: m = 1
-        return ops.ones_like(ops.sum(x, axis=axes, keepdims=True))
-    # No `initial=`: Keras' PyTorch backend (3.15) makes that tensor on the CPU, which
-    # fails for inputs on a GPU.
-    largest = ops.max(ops.abs(x), axis=axes, keepdims=True)
+    if keras.backend.backend() == "torch":
+        # Keras 3.15's PyTorch `max` makes `initial` a CPU tensor, which fails for inputs on
+        # a GPU; PyTorch's shapes are concrete, so an empty input is handled here instead.
+        if 0 in tuple(x.shape):  # nothing to reduce: m = 1, of m's shape
+            return ops.ones_like(ops.sum(x, axis=axes, keepdims=True))
+        largest = ops.max(ops.abs(x), axis=axes, keepdims=True)
+    else:  # `initial` keeps an empty batch (of a size known only at run time) legal
+        largest = ops.max(ops.abs(x), axis=axes, keepdims=True, initial=0.0)
     return ops.stop_gradient(ops.where(largest > 0, largest, ops.ones_like(largest)))

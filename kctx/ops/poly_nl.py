@@ -3,6 +3,7 @@
 from keras import ops
 
 from kctx.ops.magnitude import magnitude
+from kctx.ops.shapes import positions
 
 
 def _positions_axes(x):
@@ -44,7 +45,7 @@ def poly_nl(x, w1, w2, w3, scale=None):
     """
     dtype = x.dtype
     x32 = ops.cast(x, "float32")
-    flat = ops.reshape(x32, (ops.shape(x)[0], -1, x.shape[-1]))  # (B, N, C)
+    flat = ops.reshape(x32, (ops.shape(x)[0], positions(x.shape), x.shape[-1]))  # (B, N, C)
     m = magnitude(flat)  # (B, 1, 1)
     flat = flat / m  # X̂
     count = ops.cast(ops.shape(flat)[1], "float32")

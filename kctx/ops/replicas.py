@@ -18,6 +18,14 @@ def _replica_context():
     return context
 
 
+def replicas_in_sync():
+    """How many replicas of a ``tf.distribute`` strategy compute the current step together
+    (1 outside a strategy and on the JAX / torch backends, whose data-parallel step is one
+    program over the global batch)."""
+    context = _replica_context()
+    return 1 if context is None else int(context.num_replicas_in_sync)
+
+
 def cross_replica_mean(value):
     """Mean of ``value`` over the replicas in sync (identity outside a strategy).
 
