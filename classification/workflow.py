@@ -10,19 +10,27 @@ the history plot.
 
 import keras
 
-from classification.configs import CONFIGS, get_config, model_label
+from classification.configs import CONFIGS, MSCAN_BACKBONES, get_config, model_label
 from classification.data import evaluation_batches, split_examples, training_batches
-from kctx.models import insert_context_block, kanet_family_model, resnet50_positions
+from kctx.models import (insert_context_block, kanet_family_model, mscan_classifier,
+                         resnet50_positions)
 from kctx.profile import count_macs
-from kctx.training import Schedule, Workflow, read_history, sgd
+from kctx.training import ParamwiseAdamW, Schedule, Workflow, read_history, sgd
 from kctx.training.export import ArtifactModel
 
 
 def build_model(config):
-    """The network of ``config``: a row of Tables 2–4 sized for it, or with a ``backbone``
-    (``"resnet50"``) that network with ``context`` blocks inserted at the stages ``at``.
+    """The network of ``config``: a row of Tables 2–4 sized for it, with the ``"resnet50"``
+    ``backbone`` that network with ``context`` blocks inserted at the stages ``at``, or with
+    an MSCAN ``backbone`` SegNeXt's backbone as a classifier (its ``backbone`` layer is what
+    segmentation's ``--backbone-weights`` reads from the run's ``model.keras``).
     Under a mixed dtype policy its logits are cast to float32 (:func:`float32_logits`)."""
-    if config.backbone is not None:
+    if config.backbone in MSCAN_BACKBONES:
+        size = config.image_size
+        network = mscan_classifier(MSCAN_BACKBONES[config.backbone], config.num_classes,
+                                   input_shape=(size, size, 3), value_range=(-1.0, 1.0),
+                                   dropout_rate=config.dropout_rate)
+    elif config.backbone is not None:
         network = keras.applications.ResNet50(
             weights=None, input_shape=(config.image_size, config.image_size, 3),
             classes=config.num_classes, classifier_activation=None)
@@ -62,6 +70,15 @@ def learning_rate_schedule(config, steps_per_epoch):
     if not boundaries:  # constant, but still a schedule: the optimizer's variables (which
         boundaries, values = [0], values * 2  # checkpoints list) do not depend on the decays
     return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, values)
+
+
+def build_optimizer(config, steps_per_epoch):
+    """SGD with momentum and decay on kernels, or PyTorch's AdamW (decay on every weight),
+    on the step-decay :func:`learning_rate_schedule`."""
+    schedule = learning_rate_schedule(config, steps_per_epoch)
+    if config.optimizer == "adamw":
+        return ParamwiseAdamW(schedule, weight_decay=config.weight_decay)
+    return sgd(schedule, config.momentum, config.weight_decay)
 
 
 def compile_model(model, optimizer=None):
@@ -162,9 +179,7 @@ class ClassificationWorkflow(Workflow):
 
     def build(self, run):
         model = build_model(run.config)
-        optimizer = sgd(learning_rate_schedule(run.config, steps_per_epoch(run)),
-                        run.config.momentum, run.config.weight_decay)
-        return compile_model(model, optimizer)
+        return compile_model(model, build_optimizer(run.config, steps_per_epoch(run)))
 
     def train_data(self, run, start_step, input_context):
         location = run.data

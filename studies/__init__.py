@@ -10,6 +10,7 @@ from its baseline with its interval and paired t-test.
 
 from studies.definitions import STUDIES, get_study
 from studies.stats import describe, paired
-from studies.study import Arm, Evaluation, Metric, Study
+from studies.study import Arm, Evaluation, Metric, Pretraining, Study
 
-__all__ = ["STUDIES", "Arm", "Evaluation", "Metric", "Study", "describe", "get_study", "paired"]
+__all__ = ["STUDIES", "Arm", "Evaluation", "Metric", "Pretraining", "Study", "describe", "get_study",
+           "paired"]

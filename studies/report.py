@@ -31,7 +31,7 @@ from kctx.training.records import write_json, write_text
 from studies import stats
 from studies.definitions import STUDIES, get_study
 from studies.run import DEFAULT_RUNS_DIR, cells
-from studies.study import CELL_FILE, config_flags, config_hash
+from studies.study import CELL_FILE, PRETRAINING_FILE, config_flags, config_hash
 
 DEFAULT_OUTPUT_DIR = "studies/results"
 CONFIDENCE = 0.95
@@ -88,12 +88,15 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
     return runs, dropped
 
 
+def output_dir_report(study, output_dir=DEFAULT_OUTPUT_DIR):
+    """The report already in ``output_dir`` (``None`` when there is none)."""
+    path = pathlib.Path(output_dir) / f"{study.name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def previous_runs(study, output_dir=DEFAULT_OUTPUT_DIR):
     """The ``runs`` of the report already in ``output_dir`` (``[]`` when there is none)."""
-    path = pathlib.Path(output_dir) / f"{study.name}.json"
-    if not path.exists():
-        return []
-    return json.loads(path.read_text()).get("runs", [])
+    return (output_dir_report(study, output_dir) or {}).get("runs", [])
 
 
 def summarize(study, runs, confidence=CONFIDENCE):
@@ -164,7 +167,37 @@ def _common(runs, key):
     return json.loads(found.pop()) if len(found) == 1 else None
 
 
-def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, dropped=()):
+def pretraining_records(study, runs_dir=DEFAULT_RUNS_DIR, previous=None):
+    """``{name: record}`` of the study's finished pretraining runs (``study-pretraining.json``:
+    command, wall time, machine, results), those of ``previous`` (an earlier report's) where
+    the folder is not here."""
+    records = dict((previous or {}).get("pretraining", {}))
+    for pretraining in study.pretraining:
+        path = pretraining.run_dir(runs_dir, study) / PRETRAINING_FILE
+        if path.exists():
+            records[pretraining.name] = json.loads(path.read_text())
+    return records
+
+
+def _pretraining_lines(study, records):
+    lines = []
+    for pretraining in study.pretraining:
+        arms = ", ".join(arm.label or arm.name for arm in study.arms
+                         if arm.pretrained == pretraining.name)
+        record = records.get(pretraining.name)
+        made = ("not made yet" if record is None else
+                "; ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                          for key, value in record["results"].items()
+                          if key in ("top1", "top5", "loss", "steps", "params"))
+                + f"; {record['wall_seconds']:.0f} s on {record['machine']['processor']}")
+        lines += [f"Pretraining `{pretraining.name}` (the start of {arms}; one run, seed "
+                  f"{pretraining.seed}, for every seed): `python "
+                  f"{' '.join(pretraining.train_command('RUN'))}`: {made}.", ""]
+    return lines
+
+
+def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, dropped=(),
+             pretraining=None):
     level = f"{confidence:.0%}"
     lines = [f"# Study `{study.name}`", "", study.description.strip(), "",
              f"Workflow `{study.workflow}`, config `{study.config}`"
@@ -181,6 +214,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
         lines += ["**The runs were made with different package versions** (see the JSON).", ""]
     processors = sorted({run["machine"].get("processor", "?") for run in runs})
     lines += [f"CPU: {'; '.join(processors)}.", ""]
+    lines += _pretraining_lines(study, pretraining or {})
     if missing:
         lines += [f"**Partial study**: {len(missing)} cell(s) not finished: "
                   + _missing_text(study, missing) + ".", ""]
@@ -365,6 +399,8 @@ def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=
     report already there fill the cells that have no finished folder in ``runs_dir``."""
     previous = previous_runs(study, output_dir) if keep_previous else []
     runs, dropped = collect(study, runs_dir, previous)
+    earlier = output_dir_report(study, output_dir) if keep_previous else None
+    pretraining = pretraining_records(study, runs_dir, earlier)
     if not runs:
         raise FileNotFoundError(f"no finished cell of {study.name!r} in "
                                 f"{pathlib.Path(runs_dir) / study.name}: run "
@@ -384,9 +420,12 @@ def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=
         "dropped": [[run["arm"], run["seed"]] for run in dropped],
         "arms": arms, "runs": runs,
     }
+    if study.pretraining:
+        result["pretraining"] = pretraining
     write_json(output_dir / f"{study.name}.json", result)
     write_text(output_dir / f"{study.name}.md",
-               markdown(study, runs, arms, runs_dir, missing, dropped=dropped))
+               markdown(study, runs, arms, runs_dir, missing, dropped=dropped,
+                        pretraining=pretraining))
     if png:
         plot(study, runs, arms, output_dir / f"{study.name}.png")
     return result

@@ -30,7 +30,7 @@ import time
 from kctx.arguments import positive_int
 from kctx.training import DETERMINISTIC_ENVIRONMENT, write_json
 from studies.definitions import STUDIES, get_study
-from studies.study import CELL_FILE, parse_seeds
+from studies.study import CELL_FILE, PRETRAINING_FILE, parse_seeds
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 
@@ -90,6 +90,60 @@ def _machine():
             "caches": caches, "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
+def _environment():
+    """The cells' environment: deterministic, quiet, the checkout's packages importable."""
+    return {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2",
+            # the workflow packages are in the checkout, not installed: from any folder
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY),
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
+def _run_logged(python, command, log, what):
+    """Run ``python command`` with its output appended to ``log``; returns its wall time.
+
+    Raises:
+        CellError: the command failed (the message ends with the log's last lines).
+    """
+    start = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"$ {python} {' '.join(command)}\n")
+        out.flush()
+        status = subprocess.run([python, *command], stdout=out, stderr=subprocess.STDOUT,
+                                env=_environment()).returncode
+    if status:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise CellError(f"{what} exited with status {status} (log: {log}):\n{tail}")
+    return round(time.perf_counter() - start, 2)
+
+
+def run_pretraining(study, pretraining, runs_dir, python=None):
+    """Make (or resume) ``pretraining``'s run unless it is finished; returns its record
+    (``study-pretraining.json`` in its folder: command, wall time, machine, results).
+
+    Raises:
+        CellError: its command failed (it resumes next time).
+    """
+    python = python or sys.executable
+    directory = pretraining.run_dir(runs_dir, study)
+    if (directory / PRETRAINING_FILE).exists():
+        return json.loads((directory / PRETRAINING_FILE).read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    command = pretraining.train_command(directory)
+    wall = _run_logged(python, command, directory / "study-train.log",
+                       f"{study.name} pretraining {pretraining.name}: `train`")
+    record = {"study": study.name, "pretraining": pretraining.name,
+              "workflow": pretraining.workflow, "config": pretraining.config,
+              "overrides": pretraining.overrides, "seed": pretraining.seed,
+              "command": ["python", *command], "wall_seconds": wall,
+              "results": {key: value for key, value in json.loads(
+                  (directory / "results.json").read_text()).items()
+                  if isinstance(value, (int, float, str)) and not isinstance(value, bool)},
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": _machine()}
+    write_json(directory / PRETRAINING_FILE, record)
+    return record
+
+
 def run_cell(study, arm, seed, runs_dir, python=None):
     """Run (or resume) one cell and write its ``study-cell.json``; returns that record.
 
@@ -105,10 +159,6 @@ def run_cell(study, arm, seed, runs_dir, python=None):
     previous = (json.loads((directory / CELL_FILE).read_text())
                 if (directory / CELL_FILE).exists() else None)
     resumed = previous["resumed"] if previous else (directory / "run.json").exists()
-    environment = {**os.environ, **DETERMINISTIC_ENVIRONMENT, "TF_CPP_MIN_LOG_LEVEL": "2",
-                   # the workflow packages are in the checkout, not installed: from any folder
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY),
-                                                               os.environ.get("PYTHONPATH")]))}
     steps = [("train", study.train_command(arm, seed, directory))]
     steps += [(f"evaluation-{e.name}", study.evaluate_command(e, directory))
               for e in study.evaluations_of(arm)]
@@ -118,18 +168,8 @@ def run_cell(study, arm, seed, runs_dir, python=None):
             continue
         if name != "train" and (directory / f"{name}.json").exists():
             continue  # an evaluation finished before an interruption
-        start = time.perf_counter()
-        log = directory / f"study-{name}.log"
-        with open(log, "a") as out:
-            out.write(f"$ {python} {' '.join(command)}\n")
-            out.flush()
-            status = subprocess.run([python, *command], stdout=out, stderr=subprocess.STDOUT,
-                                    env=environment).returncode
-        if status:
-            tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-            raise CellError(f"{study.name} {arm.name} seed {seed}: `{name}` exited with status "
-                            f"{status} (log: {log}):\n{tail}")
-        walls[name] = round(time.perf_counter() - start, 2)
+        walls[name] = _run_logged(python, command, directory / f"study-{name}.log",
+                                  f"{study.name} {arm.name} seed {seed}: `{name}`")
     record = {
         "study": study.name, "arm": arm.name, "seed": seed, "workflow": study.workflow,
         "config": arm.config or study.config, "overrides": {**study.overrides, **arm.overrides},
@@ -158,6 +198,24 @@ def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, l
     log(f"{study.name}: {total - len(todo)} of {total} cells finished, {len(todo)} to run "
         f"({jobs} at a time) in {pathlib.Path(runs_dir) / study.name}", flush=True)
     failures, lock, done = [], threading.Lock(), [0]
+    # The pretraining runs the cells to run start from, first (each uses the cores the
+    # cells would; a failed one fails the cells that need it).
+    failed = set()
+    for pretraining in study.pretraining:
+        if not any(arm.pretrained == pretraining.name for arm, _ in todo):
+            continue
+        directory = pretraining.run_dir(runs_dir, study)
+        if not (directory / PRETRAINING_FILE).exists():
+            log(f"pretraining {pretraining.name} in {directory}", flush=True)
+        try:
+            record = run_pretraining(study, pretraining, runs_dir)
+            log(f"pretraining {pretraining.name}: {record['results']}", flush=True)
+        except CellError as error:
+            failed.add(pretraining.name)
+            log(f"pretraining {pretraining.name} FAILED: {error}", flush=True)
+    for arm, seed in [cell for cell in todo if cell[0].pretrained in failed]:
+        failures.append((arm.name, seed, f"pretraining {arm.pretrained} failed"))
+    todo = [cell for cell in todo if cell[0].pretrained not in failed]
 
     def one(arm, seed):
         start = time.perf_counter()

@@ -23,6 +23,45 @@ import math
 import pathlib
 
 CELL_FILE = "study-cell.json"
+PRETRAINING_FILE = "study-pretraining.json"
+PRETRAINING_DIR = "pretraining"  # RUNS_DIR/<study>/pretraining/<name>: no arm is named so
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+    """A run that arms start from, as an ImageNet checkpoint is for a segmenter: one
+    deterministic run of a workflow's CLI, made once per study before the first cell that
+    needs it, in ``<runs_dir>/<study>/pretraining/<name>``; an arm that names it
+    (:attr:`Arm.pretrained`) trains with ``--<flag> <that folder>/<file>``. Every seed of
+    the arm starts from the same run, as every published SegNeXt starts from one ImageNet
+    MSCAN.
+
+    Args:
+        name: its name (a folder name).
+        workflow: the workflow that trains it (e.g. ``classification``).
+        config: that workflow's config.
+        overrides: config fields changed, as :class:`Arm`'s.
+        seed: its seed.
+        file: what the arms read from its run folder (the saved model).
+        flag: the arms' config field that takes the file's path.
+    """
+
+    name: str
+    workflow: str
+    config: str
+    overrides: dict = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    file: str = "model.keras"
+    flag: str = "backbone_weights"
+
+    def run_dir(self, runs_dir, study):
+        return pathlib.Path(runs_dir) / study.name / PRETRAINING_DIR / self.name
+
+    def train_command(self, model_dir):
+        """The workflow CLI call of the pretraining run (without the interpreter)."""
+        return ["-m", f"{self.workflow}.train", "--config", self.config,
+                *config_flags(self.overrides), "--seed", str(self.seed), "--deterministic",
+                "--verbose", "0", "--model-dir", str(model_dir)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +76,7 @@ class Arm:
         baseline: the arm this one is compared with seed by seed (default: the
             study's baseline; an arm is never compared with itself).
         label: the name shown in tables and plots (default ``name``).
+        pretrained: the study's :class:`Pretraining` this arm starts from (default: none).
     """
 
     name: str
@@ -44,6 +84,7 @@ class Arm:
     config: str | None = None
     baseline: str | None = None
     label: str | None = None
+    pretrained: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +168,7 @@ class Study:
         evaluations: extra :class:`Evaluation` s of the runs (of every arm, or the
             arms each names).
         description: what the study asks, and the paper claim it tests.
+        pretraining: the :class:`Pretraining` runs arms start from.
     """
 
     name: str
@@ -139,11 +181,21 @@ class Study:
     overrides: dict = dataclasses.field(default_factory=dict)
     evaluations: tuple = ()
     description: str = ""
+    pretraining: tuple = ()
 
     def __post_init__(self):
         names = [arm.name for arm in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"study {self.name!r}: arm names repeat. Received: {names}")
+        if PRETRAINING_DIR in names:
+            raise ValueError(f"study {self.name!r}: an arm may not be named "
+                             f"{PRETRAINING_DIR!r} (the pretraining runs' folder)")
+        runs = [run.name for run in self.pretraining]
+        for arm in self.arms:
+            if arm.pretrained is not None and arm.pretrained not in runs:
+                raise ValueError(f"study {self.name!r}: arm {arm.name!r} starts from "
+                                 f"{arm.pretrained!r}, which is not a pretraining run of the "
+                                 f"study. Valid: {', '.join(runs) or 'none'}")
         for arm in self.arms:
             if (arm.baseline or self.baseline) not in names:
                 raise ValueError(f"study {self.name!r}: arm {arm.name!r} is compared with "
@@ -171,9 +223,19 @@ class Study:
     def cell_dir(self, runs_dir, arm, seed):
         return pathlib.Path(runs_dir) / self.name / arm.name / f"seed{seed}"
 
+    def pretraining_of(self, arm):
+        """The :class:`Pretraining` ``arm`` starts from, or None."""
+        return next((run for run in self.pretraining if run.name == arm.pretrained), None)
+
     def train_command(self, arm, seed, model_dir):
-        """The workflow CLI call of one cell (without the interpreter)."""
+        """The workflow CLI call of one cell (without the interpreter); a pretrained arm's
+        names its pretraining run's file (beside the cell's folder, under the runs folder)."""
         overrides = {**self.overrides, **arm.overrides}
+        pretraining = self.pretraining_of(arm)
+        if pretraining is not None:
+            runs_dir = pathlib.Path(model_dir).parent.parent.parent  # <runs>/<study>/<arm>/seed<k>
+            overrides[pretraining.flag] = str(pretraining.run_dir(runs_dir, self) /
+                                              pretraining.file)
         return ["-m", f"{self.workflow}.train", "--config", arm.config or self.config,
                 *config_flags(overrides), "--seed", str(seed), "--deterministic",
                 "--verbose", "0", "--model-dir", str(model_dir)]

@@ -34,8 +34,11 @@ TENSORFLOW_ONLY = "not (real_variants_maps and (-l or -b)) and not original_layo
 
 
 def run_pytest_without_tensorflow(backend, paths, selection=None):
+    # PyTorch on one intra-op thread: its default, one per core, spins on the cores the other
+    # worker shares (tests/test_runner.py's mixed precision: 4× the CPU time).
     env = jax_environment(2) if backend == "jax" else dict(
-        os.environ, KERAS_BACKEND=backend, PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]))
+        os.environ, KERAS_BACKEND=backend, OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]))
     env.pop("KCTX_TEST_CPU", None)  # the inner session's tests are not this session's
     command = [sys.executable, str(TESTS / "without_tensorflow.py"), "-m", "pytest", "-n", "0",
                "-q", "-p", "no:cacheprovider", "--durations=0", *map(str, paths)]

@@ -10,7 +10,8 @@ import tensorflow as tf
 from classification.configs import CONFIGS, MODELS, get_config, model_label
 from classification.data import eval_preprocess, evaluation_batches, train_preprocess, \
     training_batches
-from classification.workflow import build_model, compile_model, learning_rate_schedule
+from classification.workflow import build_model, build_optimizer, compile_model, \
+    learning_rate_schedule
 from kctx.data import DatasetNotFoundError, digits
 from kctx.testing import mirrored_strategy
 
@@ -237,3 +238,33 @@ def test_resnet50_with_poly_nl_at_res4_trains_a_step():
         get_config("digits", backbone="resnet50", context="poly")
     with pytest.raises(ValueError, match="Unknown ResNet-50 stage"):
         get_config("digits", backbone="resnet50", context="poly_nl", at="res7")
+
+
+def test_mscan_pretrains_as_a_classifier_for_the_segmenter(tmp_path):
+    """--backbone mscan_t: SegNeXt's backbone as a classifier on [-1, 1] images, trained with
+    AdamW (decay on every weight); the segmentation workflow takes its backbone from the
+    run's model.keras."""
+    from kctx.models import segnext
+
+    config = get_config("digits_mscan", image_size=32)
+    assert (config.backbone, config.optimizer, model_label(config)) == \
+        ("mscan_t", "adamw", "mscan_t")
+    model = compile_model(build_model(config), build_optimizer(config, steps_per_epoch=22))
+    assert model.output_shape == (None, 10) and model.get_layer("backbone").name == "backbone"
+    assert type(model.optimizer).__name__ == "ParamwiseAdamW"
+    model.run_eagerly = True  # (a step of MSCAN-T traced: 100 CPU s; the segmenter's is
+    # tests/test_segmentation_segnext.py's)
+    images, labels = digits("train", image_size=32)
+    before = [np.asarray(w) for w in model.get_layer("backbone").weights]
+    model.fit(np.repeat(images[:8], 3, axis=-1), labels[:8], batch_size=8, epochs=1, verbose=0)
+    assert not np.array_equal(before[0], model.get_layer("backbone").weights[0])
+    model.save(tmp_path / "model.keras")
+    segmenter = segnext("t", num_classes=11, value_range=(-1.0, 1.0),
+                        weights=tmp_path / "model.keras")
+    for a, b in zip(segmenter.get_layer("backbone").weights, model.get_layer("backbone").weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="MSCAN has its own attention"):
+        get_config("digits_mscan", context="poly_nl")
+    assert get_config("digits", optimizer="adamw").optimizer == "adamw"
+    with pytest.raises(ValueError, match="optimizer"):
+        get_config("digits", optimizer="adam")

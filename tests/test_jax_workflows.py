@@ -2,8 +2,8 @@
 metrics, MAC counts, export of a JAX run, and the pieces that carry a JAX run (NumPy step
 checkpoints, one optimizer for two). The layer battery on JAX is tests/test_backends.py's.
 
-Kill-and-resume of every workflow on JAX is tests/test_runner.py's (parametrized over the
-backends). Keras picks its backend at import, so the JAX checks run in subprocesses.
+Kill-and-resume on JAX is tests/test_runner.py's (parametrized over the backends: the HamGAN
+over 2 devices, exported on TensorFlow from its NumPy checkpoint). Keras picks its backend at import, so the JAX checks run in subprocesses.
 """
 
 import json
@@ -15,7 +15,7 @@ import pytest
 
 from kctx.training import ArrayCheckpoint, CheckpointError
 from kctx.training.optimizers import OptimizerGroup
-from workflow_runs import TINY, finish, jax_environment, run_jax, start
+from workflow_runs import finish, jax_environment, run_jax, start
 
 TESTS = pathlib.Path(__file__).parent
 
@@ -24,33 +24,6 @@ def test_data_parallel_step_on_two_devices_is_the_step_on_one():
     """The HamGAN's two-optimizer step and a batch-normalised segmenter's step under
     DataParallel over 2 devices equal the step on 1 (tests/jax_distribution_check.py)."""
     assert "JAX_DISTRIBUTION_OK" in run_jax([str(TESTS / "jax_distribution_check.py")])
-
-
-def test_hamgan_trains_on_two_jax_devices_and_exports_on_tensorflow(tmp_path):
-    """``KERAS_BACKEND=jax python -m gan.train`` over 2 devices: DataParallel in run.json,
-    a finite FCD, sample grids; ``gan.export`` on JAX restarts on TensorFlow, which loads
-    the JAX run's NumPy checkpoint, and the ONNX artifact matches Keras."""
-    status, output = finish(start(["-m", "gan.train", *TINY["gan"], "--verbose", "0",
-                                   "--model-dir", str(tmp_path)], env=jax_environment(2)))
-    assert status == 0, output[-4000:]
-    assert "distribution: DataParallel with 2 replica(s)" in output
-    run = json.loads((tmp_path / "run.json").read_text())
-    assert (run["backend"], run["strategy"], run["replicas"]) == ("jax", "DataParallel", 2)
-    assert len(run["devices"]) == 2 and run["processes"] == 1
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["metric"] == "fcd" and np.isfinite(results["value"]) and results["value"] > 0
-    assert (tmp_path / "samples_final.png").exists()
-    assert sorted(path.name for path in (tmp_path / "checkpoints").iterdir()) == \
-        ["ckpt-2.npz", "ckpt-4.npz"]
-    status, output = finish(start(["-m", "gan.export", "--model-dir", str(tmp_path),
-                                   "--format", "onnx", "--checkpoint", "latest"],
-                                  env=jax_environment(2)))
-    assert status == 0, output[-4000:]
-    assert "exporting on the TensorFlow backend" in output
-    assert "ckpt-4.npz (step 4)" in output
-    report = json.loads((tmp_path / "generator.onnx.json").read_text())
-    assert report["source"].endswith("ckpt-4.npz (step 4)")
-    assert report["max_relative_difference"] < 1e-4 and (tmp_path / "generator.onnx").exists()
 
 
 MACS_SCRIPT = """

@@ -17,8 +17,8 @@ from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS as XLA_FLAGS
 from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
 from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE, \
-    assert_same_update, environment, finish, free_ports, kill_when, load_weights, start, \
-    tf_config
+    assert_same_update, environment, finish, free_ports, jax_environment, kill_when, \
+    load_weights, start, tf_config
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence", "language")
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -129,31 +129,36 @@ def test_bad_settings_stop_before_anything_runs(name, flags, message, tmp_path, 
 # (its autograd step of two optimizers) and segmentation (Keras's own PyTorch fit step, and
 # a dropout layer made without a seed, whose PyTorch masks come from torch's global
 # generator, which the runner seeds at every step; the sequence run has no dropout and
-# resumed exactly without that). On TensorFlow the GAN (its own step) and segmentation
-# (Keras's fit step and TensorFlow's step checkpoints, which the sequence workflow's two
-# killed and resumed workers use too).
-KILLED_RUNS = [("gan", "tensorflow"), ("segmentation", "tensorflow"), ("gan", "jax"),
-               ("gan", "torch"), ("segmentation", "torch")]
+# resumed exactly without that). On TensorFlow the GAN (its own step and TensorFlow's step
+# checkpoints of two optimizers); Keras's fit step with TensorFlow's step checkpoints is the
+# sequence workflow's two killed and resumed workers' below (segmentation's stop and resume
+# on TensorFlow is tests/test_segmentation.py's).
+KILLED_RUNS = [("gan", "tensorflow"), ("gan", "jax"), ("gan", "torch"),
+               ("segmentation", "torch")]
 
 
-def _deterministic_variables(backend):
-    """What ``--deterministic`` adds on ``backend`` to :data:`DETERMINISTIC`: XLA's flags
-    on JAX (after the session's), one thread and cuBLAS's workspace on PyTorch."""
+def _environments(backend):
+    """The plain and the deterministic environments of a run on ``backend``: on JAX over 2
+    virtual CPU devices (DataParallel), with XLA's flags after the session's; on PyTorch
+    one thread and cuBLAS's workspace (what ``--deterministic`` adds to
+    :data:`DETERMINISTIC`)."""
     if backend == "jax":
-        return {"XLA_FLAGS": " ".join([os.environ.get("XLA_FLAGS", ""), *XLA_FLAGS]).strip()}
-    return dict(TORCH_DETERMINISTIC) if backend == "torch" else {}
+        return jax_environment(2), jax_environment(2, deterministic=True)
+    torch = dict(TORCH_DETERMINISTIC) if backend == "torch" else {}
+    return (environment(KERAS_BACKEND=backend),
+            environment(KERAS_BACKEND=backend, **DETERMINISTIC, **torch))
 
 
 @pytest.mark.parametrize("name,backend", KILLED_RUNS)
 def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_path):
-    """Deterministic mode, on each Keras backend: a straight run, and a run killed with
-    SIGKILL one step after its first checkpoint then started again with the same command,
-    side by side on the 2 cores, end with byte-identical results.json and weights;
-    evaluate re-scores."""
+    """Deterministic mode, on each Keras backend (JAX over two devices): a straight run, and
+    a run killed with SIGKILL one step after its first checkpoint then started again with
+    the same command, side by side on the 2 cores, end with byte-identical results.json and
+    weights; evaluate re-scores (off TensorFlow); the JAX GAN's run exports on TensorFlow
+    from its NumPy checkpoint."""
     flags = TINY[name] + ["--deterministic", "--verbose", "0"]
-    plain = environment(KERAS_BACKEND=backend)
-    deterministic = environment(KERAS_BACKEND=backend, **DETERMINISTIC,
-                                **_deterministic_variables(backend))
+    plain, deterministic = _environments(backend)
+    devices = 2 if backend == "jax" else 1
     killed = start(["-c", KILL_SCRIPT, name, str(CHECKPOINT_STEP[name] + 1), *flags,
                     "--model-dir", str(tmp_path / "resumed")], env=deterministic)
     if backend == "jax":
@@ -162,10 +167,11 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
         # it, load them (side by side, each compiled them: 23 CPU s a process).
         killed = finish(killed)
     # The GAN's straight run restarts itself in the deterministic environment
-    # (--deterministic), on each backend; the other runs are started in it (a restart
-    # imports TensorFlow and Keras a second time).
+    # (--deterministic), on JAX and PyTorch (TensorFlow's restart is the same code); the other
+    # runs are started in it (a restart imports TensorFlow and Keras a second time).
+    restarts = name == "gan" and backend != "tensorflow"
     straight = start(["-m", f"{name}.train", *flags, "--model-dir", str(tmp_path / "straight")],
-                     env=plain if name == "gan" else deterministic)
+                     env=plain if restarts else deterministic)
     status, output = killed if backend == "jax" else finish(killed)
     assert status == -signal.SIGKILL, output[-3000:]
     assert not (tmp_path / "resumed" / "results.json").exists()
@@ -179,6 +185,8 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
             assert f"at step {CHECKPOINT_STEP[name]}" in output
             if name == "gan":
                 assert "FCD (digits_classifier, 150 generated vs 1797 real)" in output
+        if backend == "jax":
+            assert "distribution: DataParallel with 2 replica(s)" in output
     texts = [(tmp_path / kind / "results.json").read_text() for kind in ("straight", "resumed")]
     results = json.loads(texts[0])
     assert texts[0] == texts[1]
@@ -201,13 +209,17 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     assert timing["seconds_per_step"] > 0
     run = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert run["deterministic"] and run["config"]["name"] == results["config"]
-    assert run["backend"] == backend and run["replicas"] == 1 and len(run["devices"]) == 1
+    assert run["backend"] == backend and run["replicas"] == devices
+    assert len(run["devices"]) == devices and run["processes"] == 1
     assert {"tensorflow", "keras", "numpy", "python"} <= set(run["versions"])
     if backend == "jax":
         assert set(XLA_FLAGS) <= set(run["environment"]["XLA_FLAGS"].split())
+        assert run["strategy"] == "DataParallel"
     if backend == "torch":
         assert "torch" in run["versions"] and run["strategy"] == "PyTorch single device"
         assert TORCH_DETERMINISTIC.items() <= run["environment"].items()
+    if backend == "tensorflow":
+        return  # (evaluate on TensorFlow: tests/test_gan.py, test_segmentation.py, test_studies.py)
     # evaluate re-scores the saved model with the run's config (single-threaded: the same
     # kernels as the run, so the same numbers).
     status, output = finish(start(["-m", f"{name}.evaluate", "--model-dir",
@@ -218,6 +230,26 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
         if key in ("steps", "params") or not isinstance(value, float):
             continue
         assert evaluation[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    if (name, backend) == ("gan", "jax"):
+        _export_on_tensorflow(tmp_path / "resumed", deterministic)
+
+
+def _export_on_tensorflow(run, env):
+    """``gan.export`` on JAX restarts on TensorFlow, which loads the JAX run's NumPy
+    checkpoint, and the ONNX artifact matches Keras."""
+    results = json.loads((run / "results.json").read_text())
+    assert results["metric"] == "fcd" and np.isfinite(results["value"]) and results["value"] > 0
+    assert (run / "samples_final.png").exists()
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == \
+        ["ckpt-2.npz", "ckpt-4.npz"]
+    status, output = finish(start(["-m", "gan.export", "--model-dir", str(run), "--format",
+                                   "onnx", "--checkpoint", "latest"], env=env))
+    assert status == 0, output[-4000:]
+    assert "exporting on the TensorFlow backend" in output
+    assert "ckpt-4.npz (step 4)" in output
+    report = json.loads((run / "generator.onnx.json").read_text())
+    assert report["source"].endswith("ckpt-4.npz (step 4)")
+    assert report["max_relative_difference"] < 1e-4 and (run / "generator.onnx").exists()
 
 
 def test_run_folder_holds_one_run(tmp_path):

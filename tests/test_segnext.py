@@ -15,10 +15,10 @@ import keras
 import numpy as np
 import pytest
 
-from kctx.checkpoints import UnsafeCheckpointError
+from kctx.checkpoints import UnsafeCheckpointError, torch_state_dict
 from kctx.convert import CheckpointMismatchError, load_model, load_segnext_weights, module_path
 from kctx.convert.segnext import segnext_targets
-from kctx.models import MSCAN_VARIANTS, mscan, segnext
+from kctx.models import MSCAN_VARIANTS, mscan, mscan_classifier, segnext
 from kctx.models.resnet import IMAGENET_MEAN, IMAGENET_STD
 from kctx.ops import initial_bases
 
@@ -203,8 +203,11 @@ def test_any_size_training_step_and_mixed_precision(tiny_outputs):
     for size in ((33, 47), (64, 64), (1, 1)):
         images = np.random.default_rng(0).uniform(0, 255, (1, *size, 3)).astype("float32")
         assert keras.ops.convert_to_numpy(model(images, training=False)).shape == (1, *size, 7)
+    # One eager step at a size that is no multiple of 32 (the traced step against mmseg's is
+    # tests/test_segnext_training.py's).
     model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  run_eagerly=True)
     labels = np.random.default_rng(1).integers(0, 7, (2, 70, 90))
     loss = model.fit(tiny_outputs["images"], labels, epochs=1, verbose=0).history["loss"][0]
     assert np.isfinite(loss)
@@ -305,3 +308,36 @@ def test_a_keras_file_saved_with_dotted_names_loads():
     targets = segnext_targets(model)  # the official keys, from the renamed layers
     assert len({id(variable) for variable, _ in targets.values()}) == len(model.weights)
     assert "backbone.block1.0.attn.spatial_gating_unit.conv0_1.weight" in targets
+
+
+def test_the_mscan_classifier_reads_the_imagenet_head_and_lends_its_backbone(tmp_path):
+    """mscan_classifier: an MSCAN ImageNet checkpoint fills the backbone and the linear
+    ``head`` (VAN's classifier on the mean of norm4's output); its ``.keras`` file gives a
+    SegNeXt its backbone, shape by shape, and refuses one of another shape."""
+    state = torch_state_dict(FIXTURES / "tiny_imagenet.pth")
+    classes = state["head.weight"].shape[0]
+    model = mscan_classifier(None, classes, weights=FIXTURES / "tiny_imagenet.pth",
+                             input_shape=(64, 64, 3), backbone_options=TINY)
+    images = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype("float32")
+    normalized = (images / 255 - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)
+    pooled = keras.ops.convert_to_numpy(model.get_layer("backbone")(
+        normalized.astype("float32"))[-1]).astype(np.float64).mean(axis=(1, 2))
+    expected = pooled @ state["head.weight"].T.astype(np.float64) + state["head.bias"]
+    assert_close_to_scale(keras.ops.convert_to_numpy(model(images, training=False)), expected,
+                          relative=1e-5)
+    # A segmentor's checkpoint fills the classifier's backbone only.
+    other = mscan_classifier(None, 3, backbone_options=TINY)
+    report = load_segnext_weights(other, FIXTURES / "tiny_mmseg.pth")
+    assert report["loaded"] == len(other.get_layer("backbone").weights)
+    model.save(tmp_path / "classifier.keras")
+    segmentor = tiny_segnext()
+    report = load_segnext_weights(segmentor, tmp_path / "classifier.keras")
+    assert report == {"layout": "keras", "part": "backbone", "skipped": [],
+                      "loaded": len(segmentor.get_layer("backbone").weights)}
+    for a, b in zip(segmentor.get_layer("backbone").weights,
+                    model.get_layer("backbone").weights):
+        np.testing.assert_array_equal(*map(keras.ops.convert_to_numpy, (a, b)))
+    wider = mscan_classifier(None, 3, backbone_options=dict(TINY, embed_dims=(16, 32, 64, 128)))
+    wider.save(tmp_path / "wider.keras")
+    with pytest.raises(CheckpointMismatchError, match="stages have 16, 32, 64, 128 channels"):
+        load_segnext_weights(tiny_segnext(), tmp_path / "wider.keras")

@@ -16,8 +16,8 @@ from scipy import stats as scipy_stats
 
 from studies import STUDIES, Arm, Evaluation, Metric, Study, describe, paired
 from studies.report import report
-from studies.run import cell_state, run_study
-from studies.study import config_flags, parse_seeds
+from studies.run import CellError, cell_state, run_study
+from studies.study import Pretraining, config_flags, parse_seeds
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -119,6 +119,18 @@ def test_every_cell_is_a_valid_command_of_its_workflow(name):
         for field, value in {**study.overrides, **arm.overrides}.items():
             assert getattr(config, field) == (tuple(value) if isinstance(value, list)
                                               else value), (arm.name, field)
+    for pretraining in study.pretraining:
+        pretrained = importlib.import_module(f"{pretraining.workflow}.workflow").WORKFLOW
+        command = pretraining.train_command("/tmp/p")
+        args = train_parser(pretrained).parse_args(command[2:])
+        assert args.deterministic and args.model_dir == "/tmp/p"
+        pretrained.config(args.config, **config_overrides(args, pretrained.config_class))
+        for arm in study.arms:
+            if arm.pretrained == pretraining.name:
+                command = study.train_command(arm, 0, "/runs/study/arm/seed0")
+                flag = "--" + pretraining.flag.replace("_", "-")
+                assert command[command.index(flag) + 1] == \
+                    f"/runs/{study.name}/pretraining/{pretraining.name}/{pretraining.file}"
     for evaluation in study.evaluations:
         command = study.evaluate_command(evaluation, "/tmp/x")
         args = evaluate_parser(workflow).parse_args(command[2:])
@@ -129,7 +141,47 @@ def test_every_cell_is_a_valid_command_of_its_workflow(name):
                 e.name for e in study.evaluations}, metric.name
 
 
+def test_a_pretraining_run_is_made_once_and_reported(tmp_path):
+    """A study's pretraining run: its workflow's command in its own folder, made once
+    (``study-pretraining.json`` records it), named in the pretrained arms' commands and in
+    the report."""
+    from studies.report import _pretraining_lines, pretraining_records
+    from studies.run import run_pretraining
+
+    pretraining = Pretraining("warm", "sequence", "adding", {"steps": 3}, seed=2)
+    study = Study("fake", "sequence", "adding",
+                  (Arm("base"), Arm("warm_start", pretrained="warm")), baseline="base",
+                  pretraining=(pretraining,))
+    assert "--backbone-weights" not in study.train_command(study.arm("base"), 0, "/r/f/base/s0")
+    # A stand-in interpreter: records its arguments and writes the run's results.json.
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\n'
+                      'while [ "$1" != "--model-dir" ]; do shift; done\n'
+                      'echo \'{"accuracy": 0.75, "steps": 3}\' > "$2/results.json"\n')
+    python.chmod(0o755)
+    runs = tmp_path / "runs"
+    record = run_pretraining(study, pretraining, runs, python=str(python))
+    assert record["results"] == {"accuracy": 0.75, "steps": 3} and record["seed"] == 2
+    assert record["command"][1:] == pretraining.train_command(runs / "fake" / "pretraining" /
+                                                              "warm")
+    assert run_pretraining(study, pretraining, runs, python=str(python)) == record
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1  # made once
+    records = pretraining_records(study, runs)
+    assert records == {"warm": record}
+    text = "\n".join(_pretraining_lines(study, records))
+    assert "Pretraining `warm` (the start of warm_start; one run, seed 2, for every seed)" \
+        in text and "steps 3" in text
+    python.write_text("#!/bin/sh\nexit 3\n")
+    with pytest.raises(CellError, match="pretraining cold: `train` exited with status 3"):
+        run_pretraining(study, dataclasses.replace(pretraining, name="cold"), runs,
+                        python=str(python))
+
+
 def test_study_definitions_are_checked():
+    with pytest.raises(ValueError, match="'cold', which is not a pretraining run"):
+        Study("bad", "sequence", "adding", (Arm("a", pretrained="cold"),), baseline="a")
+    with pytest.raises(ValueError, match="may not be named 'pretraining'"):
+        Study("bad", "sequence", "adding", (Arm("pretraining"),), baseline="pretraining")
     with pytest.raises(ValueError, match="not an arm"):
         Study("bad", "sequence", "adding", (Arm("a"),), baseline="b")
     with pytest.raises(ValueError, match="repeat"):
@@ -308,12 +360,13 @@ def test_smoke_study_resumes_and_repeats_bit_for_bit(tmp_path, monkeypatch, caps
     miou = [r["metrics"]["miou"] for r in result["runs"] if r["arm"] == "ham_nmf"]
     np.testing.assert_allclose(result["arms"]["ham_nmf"]["metrics"]["miou"]["mean"],
                                np.mean(miou), rtol=1e-12)
-    assert all(r["metrics"]["miou_flip"] > 0 for r in result["runs"])
+    assert [r["metrics"]["miou_flip"] > 0 if r["arm"] == "ham_nmf" else
+            r["metrics"]["miou_flip"] is None for r in result["runs"]] == [True] * 4
     assert result["arms"]["ham_nmf"]["vs_baseline"]["miou"]["n"] == 2
     assert (tmp_path / "out" / "smoke.md").exists() and (tmp_path / "out" / "smoke.png").exists()
 
     # An evaluation added to the study later, for one arm: the runner scores that arm's
-    # finished cells with it and trains nothing again; the other arm's metric is None.
+    # finished cells with it and trains nothing again; the other arm has none.
     extended = dataclasses.replace(
         smoke, evaluations=smoke.evaluations + (
             Evaluation("K1", {"eval_ham_steps": 1}, arms=("ham_nmf",)),),

@@ -19,7 +19,13 @@ PyTorch, no pickled code run):
   ``"original"`` :func:`checkpoint_layout`; mmseg PR #2653 removed the wrapper);
 * an MSCAN ImageNet checkpoint, or any checkpoint of the backbone alone, with or without
   the ``backbone.`` prefix: only the backbone is filled; an ImageNet classifier
-  (``head.weight``, ``head.bias``) is skipped.
+  (``head.weight``, ``head.bias``) fills a :func:`kctx.models.mscan_classifier`'s ``head``
+  and is skipped by the other models.
+
+Keras files fit too: a ``.weights.h5`` of the same model, and a ``.keras`` model holding an
+MSCAN backbone (a :func:`kctx.models.mscan_classifier` pretrained by
+``classification.train --backbone mscan_t``, a SegNeXt model, an :func:`kctx.models.mscan`
+model), whose backbone's weights fill this model's backbone, shape by shape.
 
 BatchNorm's ``num_batches_tracked`` has no Keras counterpart and is skipped.
 """
@@ -30,6 +36,7 @@ import keras
 import numpy as np
 
 from kctx.checkpoints import torch_state_dict
+from kctx.convert.keras_files import load_model
 from kctx.convert.porting import (CheckpointMismatchError, dense_kernel, module_path,
                                   port_weights, torch_layer_targets)
 from kctx.layers.hamburger import Hamburger
@@ -48,8 +55,10 @@ def checkpoint_layout(state):
 
 
 def is_keras_weights(weights):
-    """Whether ``weights`` names a Keras weights file (``.h5``) rather than a checkpoint."""
-    return isinstance(weights, (str, os.PathLike)) and os.fspath(weights).endswith(".h5")
+    """Whether ``weights`` names a Keras file (``.weights.h5``, ``.keras``) rather than a
+    checkpoint."""
+    return isinstance(weights, (str, os.PathLike)) and \
+        os.fspath(weights).endswith((".h5", ".keras"))
 
 
 def read_checkpoint(weights):
@@ -109,11 +118,51 @@ def segnext_targets(model):
 
 
 def _backbone_of(model):
-    """A segnext() model's mscan() sub-model (an mscan() model itself)."""
+    """A segnext() or mscan_classifier() model's mscan() sub-model (an mscan() model
+    itself)."""
     try:
         return model.get_layer("backbone")
     except ValueError:
         return model
+
+
+def _classifier_head_of(model):
+    """An mscan_classifier() model's linear ``head`` (None for the other models)."""
+    try:
+        head = model.get_layer("head")
+    except ValueError:
+        return None
+    return head if isinstance(head, keras.layers.Dense) else None
+
+
+def _load_backbone_of_keras_model(model, path, assign):
+    """Fill ``model``'s backbone from the backbone of the ``.keras`` model at ``path``: the
+    same variables in the same order with the same shapes, or
+    :class:`CheckpointMismatchError` naming the first that differ."""
+    source = _backbone_of(load_model(path, compile=False))
+    target = _backbone_of(model)
+    given = [(variable.path, tuple(variable.shape)) for variable in source.weights]
+    wanted = [(variable.path, tuple(variable.shape)) for variable in target.weights]
+    if [shape for _, shape in given] != [shape for _, shape in wanted]:
+        differing = [f"{w[0]} {w[1]} ← {g[0]} {g[1]}" for w, g in zip(wanted, given)
+                     if w[1] != g[1]][:5]
+        raise CheckpointMismatchError(
+            f"The backbone of {os.fspath(path)} ({len(given)} weights) does not fit "
+            f"{target.name!r} ({len(wanted)} weights)" +
+            (f": {'; '.join(differing)}." if differing else ".") +
+            _variant_hint_of_keras(source))
+    if assign:
+        target.set_weights(source.get_weights())
+    return {"layout": "keras", "part": "backbone", "loaded": len(wanted), "skipped": []}
+
+
+def _variant_hint_of_keras(backbone):
+    stages = [layer for layer in backbone.layers if layer.name in {f"norm{stage}"
+                                                                  for stage in _STAGES}]
+    if len(stages) != len(_STAGES):
+        return ""
+    return (" Its backbone's stages have " +
+            ", ".join(str(layer.gamma.shape[0]) for layer in stages) + " channels.")
 
 
 def _variant_hint(state, variants):
@@ -140,8 +189,10 @@ def load_segnext_weights(model, weights, assign=True, variants=None):
 
     Args:
         model: a model built by :func:`kctx.models.segnext` or :func:`kctx.models.mscan`.
-        weights: a Keras ``.weights.h5`` file (``model.load_weights``), a ``.pth`` file
-            or a state dict already read ({name: array}).
+        weights: a Keras ``.weights.h5`` file of the same model (``model.load_weights``),
+            a ``.keras`` model whose backbone fills this model's (e.g. a pretrained
+            :func:`kctx.models.mscan_classifier`), a ``.pth`` file or a state dict already
+            read ({name: array}).
         assign: ``False`` checks that the checkpoint fits without assigning anything.
         variants: ``{name: {"embed_dims": ..., "depths": ...}}``, the official variants
             (:data:`kctx.models.MSCAN_VARIANTS`), for the message to name the
@@ -149,8 +200,8 @@ def load_segnext_weights(model, weights, assign=True, variants=None):
 
     Returns:
         ``{"layout", "part", "loaded", "skipped"}``: ``"mmseg"`` / ``"original"`` /
-        ``"keras"``, ``"segmentor"`` / ``"backbone"`` / ``"keras"``, the number of
-        tensors assigned and the checkpoint keys deliberately left unused.
+        ``"keras"``, ``"segmentor"`` / ``"backbone"`` / ``"classifier"`` / ``"keras"``, the
+        number of tensors assigned and the checkpoint keys deliberately left unused.
 
     Raises:
         CheckpointMismatchError: the checkpoint does not fit the model.
@@ -172,6 +223,8 @@ def load_segnext_weights(model, weights, assign=True, variants=None):
         >>> # with the official file: segnext("t") and "segnext_mscan-t_20230227-4bfa3e6a.pth"
     """
     weights = read_checkpoint(weights)
+    if is_keras_weights(weights) and os.fspath(weights).endswith(".keras"):
+        return _load_backbone_of_keras_model(model, weights, assign)
     if is_keras_weights(weights):
         model.load_weights(weights)
         return {"layout": "keras", "part": "keras", "loaded": len(model.weights),
@@ -187,15 +240,21 @@ def load_segnext_weights(model, weights, assign=True, variants=None):
     head = sorted(key for key in state if key.startswith("decode_head."))
     part = "segmentor" if head else "backbone"
     skipped = [key for key in state if key.endswith(".num_batches_tracked")]
-    if not prefix:
-        skipped += [key for key in _IMAGENET_CLASSIFIER if key in state]
     backbone = filled = _backbone_of(model)
+    classifier = _classifier_head_of(model)
+    if not prefix and classifier is not None and all(key in state
+                                                     for key in _IMAGENET_CLASSIFIER):
+        part, filled = "classifier", model
+    elif not prefix:
+        skipped += [key for key in _IMAGENET_CLASSIFIER if key in state]
     targets = {prefix + key: target for key, target in segnext_targets(backbone).items()}
-    if head and backbone is not model:
+    if part == "classifier":
+        targets.update(torch_layer_targets(classifier, "head"))
+    if head and backbone is not model and classifier is None:
         filled = model
         targets.update({key: target for key, target in segnext_targets(model).items()
                         if key.startswith("decode_head.")})
-    else:  # no head in the file, or none in the model (mscan()): only the backbone
+    else:  # no head in the file, or none in the model (mscan(), a classifier): the backbone
         skipped += head
     hint = _variant_hint({key[len(prefix):]: value for key, value in state.items()
                           if key.startswith(prefix)}, variants)

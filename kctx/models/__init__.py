@@ -10,14 +10,14 @@ from kctx.models.kanet import (KANET_FAMILY, KANET_VARIANTS, kanet, kanet_family
                                mobilenet_v2, mobilenet_v2_kao)
 from kctx.models.resnet import (IMAGENET_MEAN, IMAGENET_STD, RESNET_BLOCKS, PaddedMaxPooling2D,
                                 dilated_resnet, torchvision_normalization)
-from kctx.models.segnext import MSCAN_VARIANTS, mscan, segnext
+from kctx.models.segnext import MSCAN_VARIANTS, mscan, mscan_classifier, segnext
 from kctx.models.sequence import psf_sequence_model, transformer_sequence_model
 
 # The models' checkpoints are converted by kctx.convert (load_segnext_weights,
 # load_torchvision_resnet_weights); CheckpointMismatchError stays importable from here.
 __all__ = ["CausalLanguageModel", "DecoderBlock", "MIXERS", "FID_INCEPTION_CLASSES", "FID_INCEPTION_FEATURES", "InceptionLogits",
            "fid_inception_v3", "fold_batch_norms", "IMAGENET_MEAN", "IMAGENET_STD", "KANET_FAMILY",
-           "KANET_VARIANTS", "MSCAN_VARIANTS", "mscan", "segnext",
+           "KANET_VARIANTS", "MSCAN_VARIANTS", "mscan", "mscan_classifier", "segnext",
            "RESNET50_STAGE_POSITIONS", "RESNET_BLOCKS", "PaddedMaxPooling2D", "dilated_resnet",
            "insert_context_block", "kanet", "kanet_family_model",
            "mobilenet_v2", "mobilenet_v2_kao", "psf_sequence_model", "resnet50_positions",

@@ -455,3 +455,65 @@ def segnext(variant="t", num_classes=150, weights=None, input_shape=(None, None,
         load_segnext_weights(model, weights, variants=MSCAN_VARIANTS)
     return model
 
+
+
+def mscan_classifier(variant="t", num_classes=1000, weights=None, input_shape=(None, None, 3),
+                     value_range=(0.0, 255.0), dropout_rate=0.0, backbone_options=None,
+                     synchronized_batch_norm=False, name=None):
+    """MSCAN as an image classifier: the ImageNet model SegNeXt's backbones are pretrained as.
+
+    The images are normalised as ImageNet's (mean 123.675 / 116.28 / 103.53, std 58.395 /
+    57.12 / 57.375 on RGB 0–255), the :func:`mscan` backbone's last stage (after its
+    LayerNorm, ``norm4``) is averaged over the positions, and a linear ``head`` gives the
+    logits: the classifier of the Visual Attention Network that MSCAN's ImageNet training
+    follows (``x.mean(dim=1)`` then ``nn.Linear``), whose ``head.weight`` and ``head.bias``
+    the official MSCAN ImageNet checkpoints hold. Its ``backbone`` layer is what
+    :func:`segnext` and ``segmentation.train --backbone-weights`` take from a ``.keras``
+    file of it: pretrain here, then segment.
+
+    Args:
+        variant: ``"t"``, ``"s"``, ``"b"``, ``"l"`` or ``None`` with ``backbone_options``
+            (``embed_dims``, ``depths``, ``mlp_ratios``).
+        num_classes: logits per image (1000 for the ImageNet checkpoints).
+        weights: ``None``, an MSCAN ImageNet checkpoint (``.pth``: the backbone and the
+            ``head``; read without PyTorch), a checkpoint of the backbone alone or of a
+            SegNeXt segmentor (the backbone; the head keeps its initialisation), or a Keras
+            ``.weights.h5`` / ``.keras`` file (:func:`kctx.convert.load_segnext_weights`).
+        input_shape: (H, W, 3); H and W may be None.
+        value_range: (low, high) of the input images: (0, 255) as the official pipeline;
+            (-1, 1) for kctx's embedded datasets.
+        dropout_rate: dropout before the head (0 in VAN's classifier).
+        backbone_options: other :func:`mscan` arguments (``drop_path_rate``, ...).
+        synchronized_batch_norm: SyncBN in the backbone.
+        name: the model's name (default ``"mscan_<variant>_classifier"``).
+
+    Returns:
+        A functional ``keras.Model``: (B, H, W, 3) → float32 logits (B, num_classes).
+
+    Examples:
+        >>> model = mscan_classifier("t", num_classes=10, input_shape=(64, 64, 3))
+        >>> tuple(model(keras.ops.zeros((2, 64, 64, 3))).shape)
+        (2, 10)
+        >>> [tuple(f.shape[1:]) for f in model.get_layer("backbone").outputs]
+        [(16, 16, 32), (8, 8, 64), (4, 4, 160), (2, 2, 256)]
+
+    Reference:
+        Guo, Lu, Hou, Liu, Cheng, Hu. "SegNeXt: Rethinking Convolutional Attention Design
+        for Semantic Segmentation", NeurIPS 2022 — Sec. 4.1 (ImageNet pretraining); Guo,
+        Lu, Liu, Cheng, Hu. "Visual Attention Network", CVMJ 2023 (the classifier head).
+    """
+    check_positive_int("num_classes", num_classes)
+    if weights is not None:
+        weights = read_checkpoint(weights)
+    backbone = mscan(variant, input_shape=input_shape, name="backbone",
+                     synchronized_batch_norm=synchronized_batch_norm,
+                     **(backbone_options or {}))
+    inputs = keras.Input(input_shape, name="images")
+    x = torchvision_normalization(value_range, name="normalize")(inputs)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(backbone(x)[-1])
+    x = keras.layers.Dropout(dropout_rate, name="head_drop")(x)
+    logits = keras.layers.Dense(num_classes, name="head", dtype="float32")(x)
+    model = keras.Model(inputs, logits, name=name or f"mscan_{variant or 'custom'}_classifier")
+    if weights is not None:
+        load_segnext_weights(model, weights, variants=MSCAN_VARIANTS)
+    return model
