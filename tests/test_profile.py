@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -136,33 +134,35 @@ def test_retention_bench_reads_memory_in_a_fresh_process():
     assert "MB/model" in format_table(rows)
 
 
-def test_bench_table3_cli_writes_json(tmp_path):
+def _bench(argv, capsys):
+    """``python -m kctx.bench ARGV``'s ``main`` in this process (the benchmarks profile each
+    method in a fresh process of their own); returns what it printed."""
+    from kctx.bench.__main__ import main
+
+    capsys.readouterr()
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_bench_table3_cli_writes_json(tmp_path, capsys):
     path = tmp_path / "table3.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "kctx.bench", "table3", "--size", "16", "--channels", "32",
-         "--repeats", "1", "--train-repeats", "1", "--methods", "SA", "ham_nmf",
-         "--json", str(path)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    output = _bench(["table3", "--size", "16", "--channels", "32", "--repeats", "1",
+                     "--train-repeats", "1", "--methods", "SA", "ham_nmf", "--json", str(path)],
+                    capsys)
     rows = json.loads(path.read_text())
     assert [r["method"] for r in rows] == ["SA", "Ham (NMF)"]  # --methods by label or block
     for row in rows:
         for key in ("method", "params", "macs", "infer_ms", "train_ms", "infer_mem_mb",
                     "train_mem_mb", "infer_speedup_vs_sa", "roofline_ms"):
             assert key in row, key
-    assert "Ham (NMF)" in completed.stdout and "GFLOP/s" in completed.stdout
+    assert "Ham (NMF)" in output and "GFLOP/s" in output
 
 
-def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path):
+def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path, capsys):
     path, png = tmp_path / "nonlocal.json", tmp_path / "nonlocal.png"
-    completed = subprocess.run(
-        [sys.executable, "-m", "kctx.bench", "nonlocal", "--sizes", "8", "--channels", "16",
-         "--channel-sweep", "--methods", "CONV", "NL", "Poly-NL", "--repeats", "1",
-         "--json", str(path), "--plot", str(png)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    output = _bench(["nonlocal", "--sizes", "8", "--channels", "16", "--channel-sweep",
+                     "--methods", "CONV", "NL", "Poly-NL", "--repeats", "1", "--json", str(path),
+                     "--plot", str(png)], capsys)
     rows = {r["method"]: r for r in json.loads(path.read_text())}
     assert set(rows) == {"CONV", "NL", "Poly-NL"} and png.stat().st_size > 0
     n, c = 64, 16
@@ -171,7 +171,7 @@ def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path):
     assert 2 * n * c * c + c ** 3 <= rows["Poly-NL"]["macs"] <= 1.1 * (2 * n * c * c + c ** 3)
     # NL: the two N×N products with C/2-wide embeddings dominate.
     assert rows["NL"]["macs"] >= 2 * n * n * (c // 2)
-    assert "goal" not in completed.stdout  # no 128² row in this run
+    assert "goal" not in output  # no 128² row in this run
 
 
 def test_runtime_latency_runs_every_runtime_in_a_fresh_process():

@@ -341,3 +341,7 @@ def test_the_mscan_classifier_reads_the_imagenet_head_and_lends_its_backbone(tmp
     wider.save(tmp_path / "wider.keras")
     with pytest.raises(CheckpointMismatchError, match="stages have 16, 32, 64, 128 channels"):
         load_segnext_weights(tiny_segnext(), tmp_path / "wider.keras")
+    with pytest.raises(ValueError, match="Received: num_classes=0"):
+        mscan_classifier("t", num_classes=0)
+    with pytest.raises(ValueError, match="Received: variant='x'"):
+        mscan_classifier("x")
