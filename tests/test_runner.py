@@ -252,6 +252,52 @@ def _export_on_tensorflow(run, env):
     assert report["max_relative_difference"] < 1e-4 and (run / "generator.onnx").exists()
 
 
+# A training step of MSCAN-T at batch 8 × 128² (the smallest found whose Grappler memory
+# estimate puts MSCA's four-branch sums at the peak), in a fresh process so that Grappler
+# dumps the graphs it optimizes (TF_DUMP_GRAPH_PREFIX, at meta_optimizer's VLOG 1).
+ADDN_SCHEDULING_SCRIPT = """
+import os, sys
+import tensorflow as tf
+from kctx.models import mscan
+from kctx.training.determinism import _disable_addn_scheduling
+
+tf.config.experimental.enable_op_determinism()
+model = mscan("t", input_shape=(128, 128, 3))
+images = tf.zeros((8, 128, 128, 3))
+
+def accumulators():
+    @tf.function
+    def step(images):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_mean(tf.square(f)) for f in model(images, training=True)])
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    before = set(os.listdir(sys.argv[1]))
+    step(images)
+    (graph,) = set(os.listdir(sys.argv[1])) - before
+    return open(os.path.join(sys.argv[1], graph)).read().count('op: "TemporaryVariable"')
+
+print(accumulators())
+_disable_addn_scheduling()
+print(accumulators())
+"""
+
+
+def test_deterministic_mode_keeps_grappler_from_summing_in_finishing_order(tmp_path):
+    """What op determinism misses: Grappler's memory optimizer turns an AddN at the memory
+    peak into AssignAdds on a temporary variable, summed in whatever order its inputs
+    finish (SegNeXt-T's training differed between two runs of one command);
+    deterministic mode switches that pass off."""
+    result = subprocess.run(
+        [sys.executable, "-c", ADDN_SCHEDULING_SCRIPT, str(tmp_path)], capture_output=True,
+        text=True, env=environment(**DETERMINISTIC, TF_CPP_VMODULE="meta_optimizer=1",
+                                   TF_DUMP_GRAPH_PREFIX=str(tmp_path)), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plain, deterministic = (int(line) for line in result.stdout.split())
+    assert plain > 0  # op determinism alone: accumulators (TensorFlow 2.21)
+    assert deterministic == 0
+
+
 def test_run_folder_holds_one_run(tmp_path):
     from gan.train import train
 
