@@ -298,6 +298,18 @@ def test_deterministic_mode_keeps_grappler_from_summing_in_finishing_order(tmp_p
     assert deterministic == 0
 
 
+def test_deterministic_runs_get_the_caching_allocator_unless_told_otherwise():
+    """--deterministic's restart and the studies' cells start TensorFlow with its caching
+    CPU allocator (speed only); a value the user set is kept."""
+    from kctx.training import deterministic_variables
+    from studies.run import _environment
+
+    key = "TF_CPU_ALLOCATOR_USE_BFC"
+    assert deterministic_variables({})[key] == "true"
+    assert deterministic_variables({key: "false"})[key] == "false"
+    assert _environment()[key] == os.environ.get(key, "true")
+
+
 def test_run_folder_holds_one_run(tmp_path):
     from gan.train import train
 
