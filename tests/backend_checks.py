@@ -109,7 +109,7 @@ def test_causal_ham_is_causal_recurrent_and_trains():
     and the layer's fit step."""
     bases = rng.uniform(size=(6, 3))
     bases /= np.linalg.norm(bases, axis=0, keepdims=True)
-    sequence = rng.uniform(size=(2, 8, 6)).astype("float32")
+    sequence = rng.uniform(size=(2, 16, 6)).astype("float32")  # blocked prefix sums (8)
     causal = keras.ops.convert_to_numpy(causal_nmf(sequence, bases, steps=3))
     for b in range(2):
         expected = ref.causal_nmf(sequence[b].T.astype("float64"), bases, 3).T
@@ -119,7 +119,7 @@ def test_causal_ham_is_causal_recurrent_and_trains():
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(causal_nmf(changed, bases, steps=3))[:, :5], causal[:, :5])
     state, steps = initial_causal_state(2, 6, 3, steps=3), []
-    for t in range(8):
+    for t in range(16):
         y_t, state = causal_nmf_step(sequence[:, t], bases, state, steps=3)
         steps.append(keras.ops.convert_to_numpy(y_t))
     np.testing.assert_allclose(np.stack(steps, axis=1), causal, rtol=1e-5, atol=1e-6)

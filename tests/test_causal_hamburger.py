@@ -20,9 +20,10 @@ def _data(batch=2, length=9, channels=6, rank=3):
     return x, bases
 
 
-@pytest.mark.parametrize("steps", [1, 3])
-def test_causal_nmf_is_its_per_position_definition(steps):
-    x, bases = _data()
+# 9 positions: cumsum's prefix sums; 24: the blocked ones (3 blocks of 8).
+@pytest.mark.parametrize("steps,length", [(1, 9), (3, 9), (3, 24)])
+def test_causal_nmf_is_its_per_position_definition(steps, length):
+    x, bases = _data(length=length)
     got = ops.convert_to_numpy(causal_nmf(x, bases, steps=steps, temperature=0.5))
     for b in range(x.shape[0]):
         expected = reference.causal_nmf(x[b].T.astype(np.float64), bases.astype(np.float64),
@@ -30,15 +31,16 @@ def test_causal_nmf_is_its_per_position_definition(steps):
         np.testing.assert_allclose(got[b], expected, rtol=2e-5, atol=1e-6)
 
 
-def test_future_inputs_leave_past_outputs_unchanged():
-    x, bases = _data(length=12)
+@pytest.mark.parametrize("length", [12, 16])  # cumsum's prefix sums, blocked ones
+def test_future_inputs_leave_past_outputs_unchanged(length):
+    x, bases = _data(length=length)
     y = ops.convert_to_numpy(causal_nmf(x, bases, steps=4))
-    for t in (0, 5, 11):
+    for t in (0, 5, 7, 8, length - 1):
         changed = x.copy()
         changed[:, t + 1:] = RNG.uniform(size=changed[:, t + 1:].shape) * 3.0
         z = ops.convert_to_numpy(causal_nmf(changed, bases, steps=4))
         np.testing.assert_array_equal(z[:, :t + 1], y[:, :t + 1])
-        if t < 11:
+        if t < length - 1:
             assert np.abs(z[:, t + 1:] - y[:, t + 1:]).max() > 1e-3
     # The layer too, on its raw inputs (breads, norm, branch scale, final ReLU around it).
     layer = CausalHamburger(rank=3, steps=2, norm="layer", residual_scale_init=0.5,
@@ -62,6 +64,21 @@ def test_recurrent_form_equals_the_parallel_form():
     np.testing.assert_allclose(np.stack(outputs, axis=1), parallel, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="must hold 2·steps = 4 prefix sums"):
         causal_nmf_step(x[:, 0], bases, state, steps=2)
+
+
+@pytest.mark.parametrize("length", [7, 16, 24, 128, 130])
+def test_blocked_prefix_sums_are_cumulative_sums(length):
+    """The parallel form's prefix sums (blocks of 64, 32, 16 or 8 positions where one
+    divides the length, else cumsum) with and without a carried prefix."""
+    from kctx.ops.causal_decomposition import _prefix_sums
+
+    values = RNG.uniform(size=(2, length, 3, 4)).astype("float32")
+    carry = RNG.uniform(size=(2, 3, 4)).astype("float32")
+    expected = np.cumsum(values.astype(np.float64), axis=1)
+    np.testing.assert_allclose(ops.convert_to_numpy(_prefix_sums(values, None)), expected,
+                               rtol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(_prefix_sums(values, carry)),
+                               expected + carry[:, None], rtol=1e-5)
 
 
 def test_chunks_give_the_same_numbers():

@@ -145,9 +145,37 @@ def causal_nmf_step(x_t, bases, state, steps=6, temperature=1.0, eps=1e-6):
     return ops.einsum("br,bdr->bd", codes, dictionary), tuple(new_state)
 
 
+# Positions per block of the blocked prefix sum, largest first (see _prefix_sums).
+SCAN_BLOCKS = (64, 32, 16, 8)
+
+
 def _prefix_sums(values, carry):
-    """Cumulative sums over axis 1 (positions), starting from ``carry`` (or zero)."""
-    sums = ops.cumsum(values, axis=1)
+    """Cumulative sums over axis 1 (positions), starting from ``carry`` (or zero).
+
+    Blocked: within blocks of L positions a running sum (L − 1 additions of whole slices),
+    then each block offset by the cumulative sum of the blocks before it. TensorFlow's
+    ``cumsum`` over the positions of a (B, T, d, r) tensor walks it element by element:
+    one thread here, B = 16, T = 512, d = 256, r = 16, it took 330–430 ms, the blocked
+    form with L = 64 73 ms (the same sums to 2e-6, added in another order). A length no
+    block size divides uses ``cumsum``.
+    """
+    length = values.shape[1]
+    block = next((size for size in SCAN_BLOCKS
+                  if length is not None and length > size and length % size == 0), None)
+    if block is None:
+        sums = ops.cumsum(values, axis=1)
+    else:
+        shape = ops.shape(values)
+        blocks = ops.reshape(values, (shape[0], length // block, block, *shape[2:]))
+        running = blocks[:, :, 0]
+        within = [running]
+        for index in range(1, block):
+            running = running + blocks[:, :, index]
+            within.append(running)
+        within = ops.stack(within, axis=2)
+        totals = ops.cumsum(within[:, :, -1], axis=1)  # sums up to each block's end
+        offsets = ops.concatenate([ops.zeros_like(totals[:, :1]), totals[:, :-1]], axis=1)
+        sums = ops.reshape(within + ops.expand_dims(offsets, 2), shape)
     return sums if carry is None else sums + ops.expand_dims(carry, 1)
 
 
