@@ -139,3 +139,11 @@ def test_generation_bench_writes_state_sizes_and_speeds(tmp_path):
         assert rows[mixer, 12]["state_mb"] == rows[mixer, 6]["state_mb"] > 0
     with pytest.raises(ValueError, match="`window` must be below the shortest length"):
         main(["generation", "--lengths", "4", "--window", "4"])
+    # Compiled: one graph for every length of the growing cache, the same states.
+    assert main(["generation", "--lengths", "6", "12", "--window", "3", "--embed-dim", "8",
+                 "--num-blocks", "1", "--mixers", "attention", "causal_hamburger",
+                 "--compiled", "--json", str(path)]) == 0
+    compiled = {(r["mixer"], r["length"]): r for r in json.loads(path.read_text())}
+    assert all(r["compiled"] for r in compiled.values()) and len(compiled) == 4
+    for key, row in compiled.items():
+        assert row["state_mb"] == rows[key]["state_mb"]

@@ -8,6 +8,11 @@ do not depend on them) generates one sequence token by token (``model.step``, ea
 time per token over the ``--window`` tokens that end there and the size of the state the
 decoding loop carries (every block's mixer state: the key-value cache grows with t, the
 causal Hamburger's K·(d·r + r²) and linear attention's sums do not).
+
+Eager, Python's dispatch of each op dominates a token's time at these sizes; ``--compiled``
+(TensorFlow backend) runs the step as one ``tf.function`` traced with ``reduce_retracing``,
+so that the key-value cache's growing length is one symbolic dimension, not a new trace
+per token, and the table shows the mixers' own costs.
 """
 
 import time
@@ -31,8 +36,24 @@ def state_bytes(states):
     return total
 
 
+def _compiled_step(model):
+    """``model.step`` as one TensorFlow graph for every cache length."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError("`compiled=True` needs the TensorFlow backend (a step traced with "
+                         "reduce_retracing): a jit-compiled step on JAX or PyTorch would "
+                         "compile again at every length of the key-value cache. Received: "
+                         f"backend={keras.backend.backend()!r}")
+    import tensorflow as tf
+
+    return tf.function(model.step, reduce_retracing=True)
+
+
 def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384), batch=1,
-                   embed_dim=128, num_blocks=4, window=64, seed=0, log=print):
+                   embed_dim=128, num_blocks=4, window=64, seed=0, compiled=False, log=print):
+    """Time token-by-token generation per mixer; ``compiled``: the step as one
+    ``tf.function`` (TensorFlow backend), else eager. Returns the table's rows."""
     import keras
 
     from kctx.models import CausalLanguageModel
@@ -47,6 +68,7 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
         model = CausalLanguageModel(vocabulary_size=256, embed_dim=embed_dim,
                                     num_blocks=num_blocks, mixer=mixer)
         model.build((batch, 1))
+        step = _compiled_step(model) if compiled else model.step
         tokens = keras.ops.zeros((batch,), "int32")
         states = model.initial_state(batch)
         log(f"generating {lengths[-1]} tokens with {mixer} ...")
@@ -54,12 +76,13 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
         for position in range(1, lengths[-1] + 1):
             if any(position == length - window + 1 for length in lengths):
                 start = time.perf_counter()
-            logits, states = model.step(tokens, states)
+            logits, states = step(tokens, states)
             tokens = keras.ops.cast(keras.ops.argmax(logits, axis=-1), "int32")
             if position in lengths:
                 keras.ops.convert_to_numpy(tokens)  # the last token computed
                 marks[position] = (time.perf_counter() - start) / window
                 rows.append({"mixer": mixer, "length": position, "batch": batch,
+                             "compiled": compiled,
                              "params": model.count_params(),
                              "ms_per_token": 1e3 * marks[position],
                              "tokens_per_second": batch / marks[position],
@@ -68,6 +91,7 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
 
 
 def format_table(rows):
+    compiled = bool(rows) and rows[0]["compiled"]
     header = (f"{'Mixer':<18} {'Length':>7} {'Params':>10} {'ms / token':>11} "
               f"{'tokens / s':>11} {'State MB':>9}")
     lines = [header, "-" * len(header)]
@@ -76,7 +100,8 @@ def format_table(rows):
                      f"{r['ms_per_token']:>11.2f} {r['tokens_per_second']:>11.1f} "
                      f"{r['state_mb']:>9.3f}")
     lines.append("")
-    lines.append("Eager token-by-token decoding (model.step), the time per token averaged over "
+    lines.append(("Compiled (one tf.function)" if compiled else "Eager")
+                 + " token-by-token decoding (model.step), the time per token averaged over "
                  "the window ending at each length; state: the mixers' decoding state, float32.")
     return "\n".join(lines)
 
@@ -84,7 +109,7 @@ def format_table(rows):
 def main(args):
     rows = run_generation(mixers=args.mixers, lengths=args.lengths, batch=args.batch,
                           embed_dim=args.embed_dim, num_blocks=args.num_blocks,
-                          window=args.window)
+                          window=args.window, compiled=args.compiled)
     return report(rows, format_table(rows), args.json)
 
 
@@ -98,5 +123,7 @@ def add_arguments(parser):
     parser.add_argument("--num-blocks", type=positive_int, default=4)
     parser.add_argument("--window", type=positive_int, default=64,
                         help="tokens timed before each length")
+    parser.add_argument("--compiled", action="store_true",
+                        help="run the step as one tf.function (TensorFlow backend)")
     parser.add_argument("--json", type=output_path,
                         help="write the rows as a JSON list to this path")
