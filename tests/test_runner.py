@@ -22,9 +22,8 @@ from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence", "language")
 BACKENDS = ("tensorflow", "jax", "torch")
-# The PSF network's gradients change in the last bit with where TensorFlow's allocator puts
-# its buffers, even single-threaded without oneDNN (not isolated to one op yet), so its
-# repeats agree to about 1e-7, not bit for bit.
+
+
 def _workflow(name):
     import importlib
 
