@@ -28,8 +28,7 @@ import threading
 import time
 
 from kctx.arguments import positive_int
-from kctx.training import DETERMINISTIC_ENVIRONMENT, write_json
-from kctx.training.determinism import TF_ALLOCATOR_ENVIRONMENT
+from kctx.training import deterministic_variables, write_json
 from studies.definitions import STUDIES, get_study
 from studies.study import CELL_FILE, PRETRAINING_FILE, parse_seeds
 
@@ -92,10 +91,9 @@ def _machine():
 
 
 def _environment():
-    """The cells' environment: deterministic, TensorFlow's caching CPU allocator (for speed;
-    the numbers are the same), quiet, the checkout's packages importable."""
-    return {**TF_ALLOCATOR_ENVIRONMENT, **os.environ, **DETERMINISTIC_ENVIRONMENT,
-            "TF_CPP_MIN_LOG_LEVEL": "2",
+    """The cells' environment: deterministic mode's (with TensorFlow's caching CPU
+    allocator), quiet, the checkout's packages importable."""
+    return {**deterministic_variables(), "TF_CPP_MIN_LOG_LEVEL": "2",
             # the workflow packages are in the checkout, not installed: from any folder
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY),
                                                         os.environ.get("PYTHONPATH")]))}
