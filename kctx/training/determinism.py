@@ -129,9 +129,11 @@ def _disable_addn_scheduling():
 
     What op determinism leaves out (measured on TensorFlow 2.21, CPU, one thread): the
     memory optimizer's scheduling pass rewrites an ``AddN`` of more than two inputs that are
-    live at the graph's estimated memory peak into a temporary variable and one
-    ``AssignAdd`` per input, with no order among them, so the inputs are summed in the
-    order their producers finish, which changes from process to process. Grappler's
+    live at the graph's estimated memory peak, when that peak exceeds 80% of the device's
+    memory (for TensorFlow's CPU device a fixed 256 MB, so any training step of a few
+    hundred MB), into a temporary variable and one ``AssignAdd`` per input, with no order
+    among them, so the inputs are summed in the order their producers finish, which changes
+    from process to process. Grappler's
     arithmetic optimizer makes such an ``AddN`` of a chain of adds (``keras.layers.Add`` of
     MSCAN's four attention branches), and SegNeXt-T's training step at 128×128 and batch
     8 then gave gradients that differed in the last bits between two runs of the same
