@@ -236,7 +236,81 @@ def _nothing_kctx_computes_falls_back_to_the_cpu():
         forward_backward(model, images)
 
 
+def _inference_copies_nothing_from_the_host():
+    """After its first call, no context block, causal mixer or reduced SegNeXt makes a
+    tensor from Python or NumPy data at inference (``torch.as_tensor`` / ``torch.tensor``
+    of a non-tensor, which is what Keras' ``convert_to_tensor`` of a Python float does):
+    on a GPU each is a host-to-device copy from pageable memory, which waits for the GPU's
+    queue and makes ``torch.cuda.graph`` capture fail (issue 39's CUDA-graph column)."""
+    import torch
+
+    from kctx.models import MIXERS, CausalLanguageModel, segnext
+
+    made = []
+
+    def counting(function):
+        def wrapper(data, *args, **kwargs):
+            if not isinstance(data, torch.Tensor):
+                made.append(repr(data)[:60])
+            return function(data, *args, **kwargs)
+        return wrapper
+
+    def host_copies(model, x):
+        with torch.no_grad():
+            model(x, training=False)  # builds, draws the fixed dictionaries once
+            originals = torch.as_tensor, torch.tensor
+            torch.as_tensor, torch.tensor = (counting(f) for f in originals)
+            try:
+                del made[:]
+                model(x, training=False)
+            finally:
+                torch.as_tensor, torch.tensor = originals
+        return list(made)
+
+    x = keras.ops.convert_to_tensor(rng.normal(size=(2, 4, 4, 32)).astype("float32"))
+    copies = {name: host_copies(context_block(name), x) for name in context_block_names()}
+    text = keras.ops.convert_to_tensor(rng.integers(0, 11, (2, 6)).astype("int32"))
+    for mixer in MIXERS:
+        copies[mixer] = host_copies(CausalLanguageModel(vocabulary_size=11, embed_dim=8,
+                                                        num_blocks=1, mixer=mixer), text)
+    model = segnext(None, num_classes=3, channels=32, ham_channels=32, rank=4,
+                    backbone_options=dict(embed_dims=(8, 16, 32, 32), depths=(1, 1, 1, 1),
+                                          mlp_ratios=(2, 2, 2, 2)), input_shape=(32, 32, 3))
+    images = keras.ops.convert_to_tensor(rng.uniform(0, 255, (1, 32, 32, 3)).astype("float32"))
+    copies["segnext"] = host_copies(model, images)
+    assert {name: made for name, made in copies.items() if made} == {}
+
+
 if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
+    test_inference_copies_nothing_from_the_host = _inference_copies_nothing_from_the_host
     test_nothing_kctx_computes_falls_back_to_the_cpu = \
         _nothing_kctx_computes_falls_back_to_the_cpu
     test_zero_size_batch_gives_an_empty_output = _zero_size_batch_gives_an_empty_output
+
+
+@pytest.mark.parametrize("kernel_size", [(5, 5), (1, 21), (21, 1), (3, 3)])
+def test_tap_depthwise_convolution_is_keras_depthwise_convolution(kernel_size):
+    """SegNeXt's ``TapDepthwiseConv2D`` (a fused sum of taps on JAX GPUs, the backend's
+    convolution elsewhere) computes ``keras.layers.DepthwiseConv2D`` with the same weights,
+    forward and in its gradients."""
+    from kctx.layers import TapDepthwiseConv2D
+
+    x = rng.normal(size=(2, 9, 23, 5)).astype("float32")
+    reference = keras.layers.DepthwiseConv2D(kernel_size, padding="same",
+                                             bias_initializer="random_normal")
+    layer = TapDepthwiseConv2D(kernel_size, padding="same")
+    layer.TAP_PLATFORMS = ("gpu", "cpu")  # the taps path here too (GPUs only by default)
+    reference.build(x.shape)
+    layer.build(x.shape)
+    layer.set_weights(reference.get_weights())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(x)),
+                               keras.ops.convert_to_numpy(reference(x)), rtol=1e-5, atol=1e-5)
+    if BACKEND == "jax":
+        import jax
+
+        assert layer._uses_taps(x)
+
+        grad_taps = jax.grad(lambda xx: keras.ops.sum(keras.ops.square(layer(xx))))(x)
+        grad_conv = jax.grad(lambda xx: keras.ops.sum(keras.ops.square(reference(xx))))(x)
+        np.testing.assert_allclose(np.asarray(grad_taps), np.asarray(grad_conv),
+                                   rtol=1e-4, atol=1e-4)

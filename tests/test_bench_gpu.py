@@ -120,16 +120,20 @@ def test_hlo_census_counts_the_kernels_outside_fusions():
 
 
 def test_the_committed_h200_runs_report():
-    """results/gpu_h200 (two leases of tools/gpu_measurements.py) stays readable: the
+    """results/gpu_h200 (the leases of tools/gpu_measurements.py) stays readable: the
     report the docs' GPU tables come from."""
     path = os.path.join(REPOSITORY, "tools", "gpu_measurements.py")
     spec = importlib.util.spec_from_file_location("gpu_measurements", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     folders = [os.path.join(REPOSITORY, "results", "gpu_h200", name)
-               for name in ("lease1", "lease2")]
+               for name in ("lease1", "lease2", "lease3", "lease3b")]
     text = tool.report_runs(folders)
     assert "SegNeXt on NVIDIA H200" in text
+    line = next(line for line in text.splitlines()
+                if line.startswith("SegNeXt-T  float32       1") and "lease3b" in line)
+    assert "7.02" in line  # kctx's PyTorch call replayed as a CUDA graph
+    assert "SegNeXt-T segnext_ade20k train step b16             124.0" in text
     line = next(line for line in text.splitlines()
                 if line.startswith("SegNeXt-L  float32       1") and "lease1" in line)
     assert "14.53" in line and "21.81" in line
@@ -146,3 +150,41 @@ def test_the_gpu_benchmark_refuses_tensorflow():
         pytest.skip("the suite's main process runs TensorFlow")
     with pytest.raises(ValueError, match="JAX and PyTorch"):
         segnext_gpu.Runner()
+
+
+@pytest.mark.parametrize("kernel_size", [(5, 5), (1, 21), (21, 1), (3, 3), (4, 2)])
+def test_depthwise_taps_compute_keras_depthwise_convolution(kernel_size):
+    """``--depthwise-taps``' form (a sum of shifted taps) is the stride-1 "same"
+    ``DepthwiseConv2D`` it stands in for, odd and even kernels, with the bias."""
+    import keras
+    import numpy as np
+
+    from kctx.ops.depthwise import depthwise_conv_taps
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 9, 23, 5)).astype("float32")
+    layer = keras.layers.DepthwiseConv2D(kernel_size, padding="same",
+                                         bias_initializer="random_normal")
+    expected = np.asarray(layer(x))
+    got = np.asarray(depthwise_conv_taps(x, layer.kernel, layer.bias))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_jax_profile_sums_the_traced_operations():
+    """``jax_profile`` (the JAX side of the GPU tables' profiles) reads JAX's trace: on a
+    CPU, XLA's operations of the traced calls."""
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, json
+        from kctx.bench.standalone import jax_profile
+        f = jax.jit(lambda x: jnp.sin(x) @ x)
+        x = jnp.ones((64, 64))
+        print(json.dumps(jax_profile(lambda: f(x), jax.block_until_ready, calls=2)))
+    """)
+    import subprocess
+
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=REPOSITORY, env=dict(os.environ, KERAS_BACKEND="jax"),
+                            check=True).stdout
+    profile = json.loads(output.strip().splitlines()[-1])
+    assert profile["calls"] == 2 and profile["device"] == "cpu" and profile["wall_ms"] > 0
+    assert profile["top_operations"], profile

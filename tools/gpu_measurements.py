@@ -151,24 +151,28 @@ def train_table(results):
     gan = {b: results.get(f"gan/{b}", {}) for b in ("jax", "torch")}
     rows = {b: {r["context"]: r for r in (v if isinstance(v, list) else [])}
             for b, v in gan.items()}
+    def cell(value, name, width):  # '—': not run in this run; 'failed': run, no time
+        if value is not None:
+            return f"{value:>{width}.1f}"
+        return f"{'failed' if name in results else '—':>{width}}"
+
     for context in ("none", "ham_nmf", "self_attention"):
         cells = [rows[b].get(context, {}).get("step_ms") for b in ("jax", "torch")]
         any_row = next((rows[b][context] for b in rows if context in rows[b]), None)
         if any_row is None:
             continue
         label = f"HamGAN {any_row['config']} b{any_row['batch_size']} {context}"
-        lines.append(f"{label:<46} " + " ".join(
-            f"{c:>10.1f}" if c is not None else f"{'failed':>10}" for c in cells[:1])
-            + (f" {cells[1]:>13.1f}" if cells[1] is not None else f" {'failed':>13}")
-            + f" {'—':>10}")
-    seg = [results.get(f"segmentation/{b}", {}) for b in ("jax", "torch", "official")]
+        lines.append(f"{label:<46} {cell(cells[0], 'gan/jax', 10)} "
+                     f"{cell(cells[1], 'gan/torch', 13)} {'—':>10}")
+    names = [f"segmentation/{b}" for b in ("jax", "torch", "official")]
+    seg = [results.get(name, {}) for name in names]
     label = "SegNeXt-T segnext_ade20k train step"
     values = [seg[0].get("step_ms"), seg[1].get("step_ms"), seg[2].get("median_ms")]
     if any(v is not None for v in values):
         batch = next((s.get("batch_size") for s in seg if s.get("batch_size")), None)
         lines.append(f"{label + (f' b{batch}' if batch else ''):<46} "
-                     + " ".join(f"{v:>{w}.1f}" if v is not None else f"{'failed':>{w}}"
-                                for v, w in zip(values, (10, 13, 10))))
+                     + " ".join(cell(v, name, w)
+                                for v, name, w in zip(values, names, (10, 13, 10))))
     return "\n".join(lines)
 
 
@@ -205,6 +209,11 @@ def main(argv=None):
     parser.add_argument("--select", nargs="+", metavar="PATTERN",
                         help="only the processes whose names match (fnmatch: 'jax/t/*', "
                              "'official/*', 'blocks/torch', 'gan/*', 'segmentation/jax')")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run the processes one after another, each alone on the GPU "
+                             "(no compile-only twins): slower, but no process's memory or "
+                             "cuDNN / XLA autotuning meets another's (27 processes preparing "
+                             "together ran an H200 out of memory)")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, to try it out")
     parser.add_argument("--profile", nargs="+", default=["t", "l"], metavar="VARIANT",
                         help="the variants whose PyTorch calls are profiled (float32)")
@@ -235,17 +244,20 @@ def main(argv=None):
         jobs += block_jobs(args, folder)
     if "train" in args.parts:
         jobs += train_jobs(args, folder)
-    if args.select:
+    if args.select:  # the processes matching each pattern in turn, in the patterns' order
         import fnmatch
 
-        jobs = [job for job in jobs
-                if any(fnmatch.fnmatch(job["name"], pattern) for pattern in args.select)]
+        selected = {}
+        for pattern in args.select:
+            selected.update({job["name"]: job for job in jobs if job["name"] not in selected
+                             and fnmatch.fnmatch(job["name"], pattern)})
+        jobs = list(selected.values())
     if args.list:
         print("\n".join(job["name"] for job in jobs))
         return 0
     command = " ".join(["python", "tools/gpu_measurements.py", *(argv or sys.argv[1:])])
     results = {}
-    twins = compile_jobs(jobs)
+    twins = [] if args.sequential else compile_jobs(jobs)
     if twins:  # JAX compiles first, a few processes at a time, into the cache
         start = time.time()
         run_together(twins, args.compile_parallel, args.compile_timeout)
@@ -272,7 +284,11 @@ def main(argv=None):
             _dump(os.path.join(args.out, "train_steps_gpu.json"), {"command": command, **train})
         return payload, blocks, train
 
-    run_in_turn(jobs, args.prepare_timeout, args.run_timeout, on_result=write)
+    if args.sequential:  # each process alone on the GPU, from its start to its end
+        for job in jobs:
+            run_in_turn([job], args.prepare_timeout, args.run_timeout, on_result=write)
+    else:
+        run_in_turn(jobs, args.prepare_timeout, args.run_timeout, on_result=write)
     payload, blocks, train = write()
     tables = []
     if payload:

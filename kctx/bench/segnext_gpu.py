@@ -45,6 +45,7 @@ from kctx.arguments import output_path, positive_int
 from kctx.bench import report
 from kctx.bench.standalone import (
     cuda_graph,
+    jax_profile,
     package_versions,
     torch_profile,
     run_in_turn,
@@ -230,11 +231,11 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
-                  json_path=None, profile=False, compile_only=False):
+                  json_path=None, profile=False, compile_only=False, backend_depthwise=False):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
-    with ``profile`` (PyTorch), where each call's time goes
-    (:func:`kctx.bench.standalone.torch_profile`). ``compile_only``: build and compile,
+    with ``profile``, where each call's time goes
+    (:func:`kctx.bench.standalone.torch_profile`, ``jax_profile``). ``compile_only``: build and compile,
     then return (on JAX with ``JAX_COMPILATION_CACHE_DIR`` set, this fills the cache the
     timed process loads from).
 
@@ -248,6 +249,8 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     from kctx.models import segnext
 
     runner = Runner()
+    if backend_depthwise:
+        _use_backend_depthwise()
     keras.config.set_dtype_policy(POLICIES[dtype])
     keras.utils.set_random_seed(0)
     start = time.perf_counter()
@@ -259,6 +262,7 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
         call, info = runner.forward(model, x)
         prepared.append((batch, call, info))
     result = {"framework": keras.backend.backend(), "variant": variant, "dtype": dtype,
+              "backend_depthwise": backend_depthwise,
               "policy": POLICIES[dtype], "size": size, "num_classes": num_classes,
               "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
               "build_s": round(build_s, 2), "device": device_description(),
@@ -285,17 +289,26 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
             except Exception as error:  # noqa: BLE001 - that column says so
                 result["cells_graph"][str(batch)] = {
                     "error": f"{type(error).__name__}: {error}"[:500]}
-    if profile and runner.backend == "torch":
+    if profile:
+        profiler = torch_profile if runner.backend == "torch" else jax_profile
         result["profiles"] = {}
         for batch, call, info in prepared:
             try:
-                result["profiles"][str(batch)] = torch_profile(call, runner.synchronize)
+                result["profiles"][str(batch)] = profiler(call, runner.synchronize)
             except Exception as error:  # noqa: BLE001 - a profile is extra
                 result["profiles"][str(batch)] = {"error": f"{type(error).__name__}: {error}"}
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def _use_backend_depthwise():
+    """In this process, SegNeXt's ``TapDepthwiseConv2D`` layers run the backend's grouped
+    convolution on JAX too (``--backend-depthwise``: how kctx ran before the taps)."""
+    from kctx.layers import TapDepthwiseConv2D
+
+    TapDepthwiseConv2D._uses_taps = lambda self, inputs: False
 
 
 def timed_cell(runner, call, batch, repeats, warmup):
@@ -352,7 +365,7 @@ def kctx_job(backend, variant, dtype, args, folder):
             "--batch-warmup", str(args.batch_warmup), "--json", path]
     if args.check_fixtures:
         argv += ["--check-fixtures", args.check_fixtures]
-    if backend == "torch" and profiled(args, variant, dtype):
+    if profiled(args, variant, dtype):
         argv += ["--profile"]
     return {"name": f"{backend}/{variant}/{dtype}", "argv": argv, "json": path,
             "env": {"KERAS_BACKEND": backend, "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
@@ -373,7 +386,7 @@ def official_job(variant, dtype, args, folder):
 
 
 def profiled(args, variant, dtype):
-    """Whether ``--profile`` asks for the PyTorch profile of this variant and dtype."""
+    """Whether ``--profile`` asks for the profile of this variant and dtype."""
     if args.profile is None or dtype != "float32":
         return False
     return variant in (args.profile or ("t", "l"))
@@ -501,7 +514,7 @@ def main(args):
         return segnext_cells(variant, dtype, tuple(args.batches), args.size, args.num_classes,
                              args.repeats, args.warmup, args.batch_repeats, args.batch_warmup,
                              args.check_fixtures, args.json, args.profile is not None,
-                             args.compile_only)
+                             args.compile_only, args.backend_depthwise)
     payload = run(args)
     device = (payload["device"] or {}).get("device_kind")
     report(payload, format_table(payload["rows"], device), args.json)
@@ -531,7 +544,7 @@ def add_arguments(parser):
                         help="tests/fixtures/segnext: the float32 T process of each backend "
                              "also reports its distance from the official outputs")
     parser.add_argument("--profile", nargs="*", default=None, metavar="VARIANT",
-                        help="on PyTorch, profile the calls of these variants (float32; "
+                        help="profile the calls of these variants (float32, JAX and PyTorch; "
                              "default with no names: t and l), beside the official model's")
     parser.add_argument("--prepare-timeout", type=float, default=600.0,
                         help="seconds for every process to build and compile")
@@ -540,6 +553,10 @@ def add_arguments(parser):
     parser.add_argument("--cell", nargs=2, metavar=("VARIANT", "DTYPE"),
                         help="measure one variant and dtype in this process (what each "
                              "measuring process runs)")
+    parser.add_argument("--backend-depthwise", action="store_true",
+                        help="with --cell: MSCAN's depthwise convolutions as the backend's "
+                             "grouped convolution on JAX too, not kctx's sum of taps "
+                             "(TapDepthwiseConv2D; the comparison of results/gpu_h200/lease3)")
     parser.add_argument("--compile-only", action="store_true",
                         help="with --cell: build and compile, then exit (fills JAX's "
                              "compilation cache)")

@@ -203,6 +203,94 @@ def torch_profile(call, synchronize, calls=3, top=25):
                      "ms_per_call": round(key(e) / 1e3 / calls, 4)} for e in ranked]}
 
 
+def jax_profile(call, synchronize, calls=3, top=30):
+    """Where ``call``'s time goes on JAX: ``jax.profiler`` traces ``calls`` calls, and the
+    trace (``jax.profiler.ProfileData``) is summed by name, like :func:`torch_profile`:
+    the wall ms per call; on a GPU the kernels of the device's stream lines (the ms per
+    call the device was busy, the kernels per call, the ``top`` kernels with a kind read
+    from their names: convolution, GEMM, XLA fusion, copy...) and XLA's operations (the
+    "XLA Ops" line: which HLO instruction each span of device time belongs to), and every
+    device line's total; on a CPU, XLA's operations on the host."""
+    import collections
+    import glob
+    import tempfile
+    import time
+
+    import jax
+
+    synchronize(call())
+    folder = tempfile.mkdtemp(prefix="kctx-jax-profile-")
+    with jax.profiler.trace(folder):
+        start = time.perf_counter()
+        for _ in range(calls):
+            synchronize(call())
+        wall = (time.perf_counter() - start) * 1e3 / calls
+    paths = sorted(glob.glob(f"{folder}/**/*.xplane.pb", recursive=True))
+    result = {"calls": calls, "wall_ms": round(wall, 3)}
+    if not paths:
+        return dict(result, error="no trace written")
+    data = jax.profiler.ProfileData.from_file(paths[-1])
+    device_planes = [p for p in data.planes if p.name.startswith("/device:GPU")]
+    kernels, operations, lines = (collections.Counter(), collections.Counter(),
+                                  collections.Counter())
+    counts = collections.Counter()
+    for plane in device_planes:
+        for line in plane.lines:
+            events = list(line.events)
+            lines[line.name] += sum(e.duration_ns for e in events)
+            if line.name.lower().startswith("stream"):
+                for event in events:
+                    kernels[event.name] += event.duration_ns
+                    counts[event.name] += 1
+            elif line.name == "XLA Ops":
+                for event in events:
+                    operations[event.name] += event.duration_ns
+    if not device_planes:  # a CPU: XLA's operations on the host's client threads
+        for plane in data.planes:
+            for line in plane.lines:
+                if "XLAPjRtCpuClient" not in line.name:
+                    continue
+                for event in line.events:
+                    if event.name.startswith(("ThreadpoolListener", "end: ")):
+                        continue
+                    operations[event.name] += event.duration_ns
+                    counts[event.name] += 1
+
+    def per_call(ns):
+        return round(ns / 1e6 / calls, 4)
+
+    kinds = collections.Counter()
+    for name, ns in kernels.items():
+        kinds[_kernel_kind(name)] += ns
+    result.update(
+        device="gpu" if device_planes else "cpu",
+        busy_ms=per_call(sum(kernels.values())) if device_planes else None,
+        kernels_per_call=round(sum(counts.values()) / calls, 1),
+        kernel_kinds_ms_per_call={k: per_call(ns) for k, ns in kinds.most_common()},
+        top_kernels=[{"name": name[:160], "kind": _kernel_kind(name),
+                      "count_per_call": round(counts[name] / calls, 1),
+                      "ms_per_call": per_call(ns)} for name, ns in kernels.most_common(top)],
+        top_operations=[{"name": name[:160], "ms_per_call": per_call(ns)}
+                        for name, ns in operations.most_common(top)],
+        device_lines_ms_per_call={name: per_call(ns) for name, ns in lines.most_common()})
+    return result
+
+
+def _kernel_kind(name):
+    """A coarse kind of a GPU kernel (or XLA operation) from its name."""
+    lowered = name.lower()
+    for kind, marks in (("depthwise / grouped convolution", ("depthwise", "grouped")),
+                        ("convolution", ("conv", "xmma_fprop", "implicit_gemm", "cudnn")),
+                        ("GEMM", ("gemm", "cublas", "cutlass", "sm90_xmma", "matmul", "dot")),
+                        ("transpose / copy", ("transpose", "copy", "memcpy", "memset")),
+                        ("reduction", ("reduce", "reduction")),
+                        ("fusion (XLA's own kernels)", ("fusion", "loop_", "input_", "triton")),
+                        ):
+        if any(mark in lowered for mark in marks):
+            return kind
+    return "other"
+
+
 def run_together(jobs, max_parallel=4, timeout=900.0, log=print):
     """Run commands side by side, at most ``max_parallel`` at once, without taking turns
     (e.g. the compile-only processes that fill JAX's compilation cache before the timed

@@ -11,6 +11,7 @@ from kctx.layers.context_block import (
 from kctx.layers.attention import Attention2D
 from kctx.layers.causal_hamburger import CausalHamburger
 from kctx.layers.causal_mixers import CausalConv1D, CausalLinearAttention, CausalSelfAttention
+from kctx.layers.depthwise import TapDepthwiseConv2D
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
@@ -20,6 +21,7 @@ from kctx.layers.layer_scale import LayerScale
 from kctx.layers.non_local import NonLocal2D
 from kctx.layers.poly_nl import PolyNL
 from kctx.layers.psf_attention import PSFAttention
+from kctx.layers.rescaling import ChannelRescaling
 from kctx.layers.resize import ResizeToMatch
 from kctx.layers.self_attention import SelfAttention2D
 from kctx.layers.sequence_embedding import PositionEmbedding, PrependToken
@@ -30,6 +32,7 @@ __all__ = [
     "AttnSkipModule",
     "BaseModule",
     "BaseSkipModule",
+    "ChannelRescaling",
     "CausalConv1D",
     "CausalHamburger",
     "CausalLinearAttention",
@@ -48,6 +51,7 @@ __all__ = [
     "RECIPES",
     "ResizeToMatch",
     "SelfAttention2D",
+    "TapDepthwiseConv2D",
     "check_context_block",
     "context_block",
     "context_block_names",

@@ -110,7 +110,8 @@ class CausalSelfAttention(_HeadsMixer):
         length = ops.shape(inputs)[1]
         scores = ops.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(self._head_dim)
         mask = ops.tril(ops.ones((length, length), dtype="bool"))
-        scores = ops.where(mask, ops.cast(scores, "float32"), -1e9)
+        scores = ops.cast(scores, "float32")
+        scores = ops.where(mask, scores, ops.zeros_like(scores) - 1e9)
         weights = ops.cast(_softmax(scores), v.dtype)
         return self._merge(ops.einsum("bhts,bhsd->bhtd", weights, v))
 

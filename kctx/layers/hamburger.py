@@ -408,11 +408,28 @@ class Hamburger(keras.layers.Layer):
             if self.inference_bases is not None:
                 bases = ops.convert_to_tensor(self.inference_bases)
             else:
-                bases = initial_bases(self.method, group_shape, seed=self.seed)
+                bases = self._fixed_initial_bases(group_shape)
         else:
             bases = ops.convert_to_tensor(self.bases)
         bases = ops.broadcast_to(bases[None], (batch_size,) + group_shape)
         return ops.reshape(bases, (batch_size * self.groups, self._group_dim, self.rank))
+
+    def _fixed_initial_bases(self, shape):
+        """The inference dictionary drawn from the integer seed. PyTorch runs eagerly, so
+        there it is made a tensor on the weights' device once and kept (a conversion at every
+        call is a host-to-device copy that waits for the GPU and breaks CUDA-graph
+        capture); the other backends trace the call and hold it as a constant."""
+        if keras.backend.backend() != "torch":
+            return initial_bases(self.method, shape, seed=self.seed)
+        device = str(self.lower_bread_kernel.value.device)
+        key = (shape, self.seed, device)
+        cached = self.__dict__.get("_torch_fixed_bases")
+        if cached is None or cached[0] != key:
+            with keras.device(device):
+                bases = initial_bases(self.method, shape, seed=self.seed)
+            cached = (key, bases)
+            object.__setattr__(self, "_torch_fixed_bases", cached)  # a cache, not state
+        return cached[1]
 
     def _online_update(self, bases):
         """D ← normalize(D + η (mean over the batch of D* − D)) along d.
@@ -504,7 +521,7 @@ class Hamburger(keras.layers.Layer):
 
     def _folded_norm(self, norm):
         """BN(y) = y·a + b with the moving statistics: a = γ/√(σ²+ε), b = β − μ·a."""
-        scale = norm.gamma * ops.rsqrt(norm.moving_variance + norm.epsilon)
+        scale = norm.gamma * ops.rsqrt(ops.convert_to_tensor(norm.moving_variance) + norm.epsilon)
         shift = norm.beta - norm.moving_mean * scale
         return ops.cast(scale, self.compute_dtype), ops.cast(shift, self.compute_dtype)
 

@@ -7,10 +7,11 @@ from kctx.validation import check_image_input, check_positive_int, standardize_d
 from kctx.layers.context_block import register_context_block
 from kctx.ops.attention import unfold
 from kctx.ops.latent_graph import latent_graph_propagation
+from kctx.ops.magnitude import at_least
 
 
 def _l2_normalize_channels(x):
-    return x / ops.sqrt(ops.maximum(ops.sum(ops.square(x), axis=-1, keepdims=True), 1e-12))
+    return x / ops.sqrt(at_least(ops.sum(ops.square(x), axis=-1, keepdims=True), 1e-12))
 
 
 @keras.saving.register_keras_serializable(package="kctx")

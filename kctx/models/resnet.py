@@ -37,6 +37,7 @@ from keras import ops
 
 from kctx.convert.torchvision_resnet import load_torchvision_resnet_weights
 from kctx.layers.pytorch_style import batch_norm, padded_conv2d
+from kctx.layers.rescaling import ChannelRescaling
 from kctx.validation import check_choice, check_positive_int
 
 # Bottleneck blocks per stage (layer1..layer4) for each depth: torchvision's ResNet-50 and
@@ -120,8 +121,8 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
 
     (x − low) / (high − low) is RGB in [0, 1]; the layer returns
     ((x − low) / (high − low) − mean) / std with the ImageNet mean and std, as
-    one per-channel ``keras.layers.Rescaling`` (x · scale + offset: no weights,
-    serialisable, exported as constants).
+    one per-channel ``kctx.layers.ChannelRescaling`` (a ``keras.layers.Rescaling``,
+    x · scale + offset: no weights, serialisable, exported as constants).
 
     Args:
         value_range: (low, high) of the images, e.g. (-1, 1) for the
@@ -129,7 +130,7 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
         name: the layer's name.
 
     Returns:
-        A ``keras.layers.Rescaling`` with a scale and an offset per channel
+        A ``ChannelRescaling`` (``keras.layers.Rescaling``) with a scale and an offset per channel
         (3 channels, last axis).
 
     Examples:
@@ -149,7 +150,7 @@ def torchvision_normalization(value_range=(0.0, 1.0), name="torchvision_normaliz
     scale = [1.0 / ((high - low) * s) for s in IMAGENET_STD]
     offset = [-(low + (high - low) * m) / ((high - low) * s)
               for m, s in zip(IMAGENET_MEAN, IMAGENET_STD)]
-    return keras.layers.Rescaling(scale, offset, name=name)
+    return ChannelRescaling(scale, offset, name=name)
 
 
 def _conv(x, filters, kernel_size, strides, dilation, name):

@@ -24,6 +24,7 @@ from keras import ops
 from kctx.convert.porting import keras_name
 from kctx.convert.segnext import checkpoint_layout, load_segnext_weights, read_checkpoint
 from kctx.layers.context_block import context_block
+from kctx.layers.depthwise import TapDepthwiseConv2D
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger
 from kctx.layers.layer_scale import LAYER_SCALE_INIT, LayerScale
 from kctx.layers.pytorch_style import NORM_EPSILON, batch_norm, padded_conv2d
@@ -166,7 +167,7 @@ def _gelu(name):
 
 
 def _depthwise(x, kernel_size, name):
-    return keras.layers.DepthwiseConv2D(kernel_size, padding="same", name=keras_name(name))(x)
+    return TapDepthwiseConv2D(kernel_size, padding="same", name=keras_name(name))(x)
 
 
 def _msca(x, name):

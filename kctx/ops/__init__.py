@@ -19,9 +19,10 @@ from kctx.ops.kronecker_attention import (
     kronecker_summary,
     outer_sum,
 )
+from kctx.ops.depthwise import depthwise_conv_taps
 from kctx.ops.latent_graph import latent_graph_propagation
 from kctx.ops.linear_attention import causal_linear_attention, causal_linear_attention_step
-from kctx.ops.magnitude import magnitude
+from kctx.ops.magnitude import at_least, magnitude
 from kctx.ops.matrix_decomposition import (
     decompose,
     initial_bases,
@@ -33,6 +34,7 @@ from kctx.ops.resize import resize_bilinear
 
 __all__ = [
     "KRONECKER_MODES",
+    "at_least",
     "attention_2d",
     "causal_linear_attention",
     "causal_linear_attention_step",
@@ -47,6 +49,7 @@ __all__ = [
     "chord_width",
     "cross_replica_mean",
     "decompose",
+    "depthwise_conv_taps",
     "efficient_attention",
     "gelu",
     "initial_bases",

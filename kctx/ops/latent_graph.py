@@ -2,9 +2,11 @@
 
 from keras import ops
 
+from kctx.ops.magnitude import at_least
+
 
 def _l2_normalize(t, axis, epsilon=1e-12):
-    return t / ops.sqrt(ops.maximum(ops.sum(t * t, axis=axis, keepdims=True), epsilon))
+    return t / ops.sqrt(at_least(ops.sum(t * t, axis=axis, keepdims=True), epsilon))
 
 
 def latent_graph_propagation(x, visible_to_latent, latent_to_visible):

@@ -30,3 +30,17 @@ def magnitude(x):
     else:  # `initial` keeps an empty batch (of a size known only at run time) legal
         largest = ops.max(ops.abs(x), axis=axes, keepdims=True, initial=0.0)
     return ops.stop_gradient(ops.where(largest > 0, largest, ops.ones_like(largest)))
+
+
+def at_least(x, floor):
+    """max(x, floor) for a Python float ``floor``, applied through the tensor's own
+    arithmetic. ``ops.maximum(x, floor)`` makes ``floor`` a tensor at every call, which
+    on PyTorch GPUs is a host-to-device copy: it waits for the GPU's queue and cannot be
+    captured in a CUDA graph.
+
+    Example:
+        >>> import numpy as np
+        >>> np.asarray(at_least(np.array([0.0, 2.0], "float32"), 1.0)).tolist()
+        [1.0, 2.0]
+    """
+    return ops.maximum(x, ops.zeros_like(x) + floor)

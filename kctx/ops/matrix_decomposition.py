@@ -21,7 +21,7 @@ import numpy as np
 
 from keras import ops
 
-from kctx.ops.magnitude import magnitude
+from kctx.ops.magnitude import at_least, magnitude
 from kctx.validation import (
     check_choice,
     check_nonnegative_float,
@@ -58,7 +58,7 @@ def _check_shapes(x, bases):
 
 def _l2_normalize(t, axis):
     squared = ops.sum(ops.square(t), axis=axis, keepdims=True)
-    return t * ops.rsqrt(ops.maximum(squared, _NORM_EPS**2))
+    return t * ops.rsqrt(at_least(squared, _NORM_EPS**2))
 
 
 # ---------------------------------------------------------------------------
@@ -95,8 +95,8 @@ def _nmf(x, bases, steps, temperature, eps, one_step_gradient, relative_eps=True
     if relative_eps:
         codes_eps = bases_eps = eps
     else:
-        codes_eps = ops.maximum(eps * inv_scale, _MIN_SCALED_EPS)
-        bases_eps = ops.maximum(eps * ops.square(inv_scale), _MIN_SCALED_EPS)
+        codes_eps = at_least(eps * inv_scale, _MIN_SCALED_EPS)
+        bases_eps = at_least(eps * ops.square(inv_scale), _MIN_SCALED_EPS)
     # x·D of the *unscaled* input: C₀ = softmax(x·D / T) exactly as the
     # official code; the same product is the numerator of the first C update.
     xd = ops.einsum("bnd,bdr->bnr", x, bases)

@@ -48,7 +48,8 @@ def poly_nl(x, w1, w2, w3, scale=None):
     flat = ops.reshape(x32, (ops.shape(x)[0], positions(x.shape), x.shape[-1]))  # (B, N, C)
     m = magnitude(flat)  # (B, 1, 1)
     flat = flat / m  # X̂
-    count = ops.cast(ops.shape(flat)[1], "float32")
+    count = ops.shape(flat)[1]  # a Python int where static (no tensor made per call)
+    count = count if isinstance(count, int) else ops.cast(count, "float32")
     gram = ops.matmul(ops.swapaxes(flat, 1, 2), flat) / count  # (B, C, C)
     w1, w2, w3 = (ops.cast(w, "float32") for w in (w1, w2, w3))
     context = ops.sum(ops.matmul(gram, w2) * w1, axis=1)  # ŝ: (B, C), Φ before expansion
