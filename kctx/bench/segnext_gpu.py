@@ -235,9 +235,9 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
     with ``profile``, where each call's time goes
-    (:func:`kctx.bench.standalone.torch_profile`, ``jax_profile``). ``compile_only``: build and compile,
-    then return (on JAX with ``JAX_COMPILATION_CACHE_DIR`` set, this fills the cache the
-    timed process loads from).
+    (:func:`kctx.bench.standalone.torch_profile`, ``jax_profile``). ``compile_only``: build
+    and compile, then return (on JAX with ``JAX_COMPILATION_CACHE_DIR`` set, this fills the
+    cache the timed process loads from).
 
     Returns:
         A dict with the variant, dtype, backend, device, versions and one cell per batch

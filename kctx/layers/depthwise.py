@@ -16,9 +16,10 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     GPU's memory bandwidth for MSCAN's long strips: on an H200 at batch 16 it took 16.8 of
     SegNeXt-T's 33.6 busy milliseconds (``jax_profile``), and with this form the whole
     network ran in 23.1 instead of 35.8 ms (``results/gpu_h200/lease3``). JAX on other
-    platforms (``TAP_PLATFORMS``) and the other backends keep their own convolution (PyTorch's depthwise kernels and TensorFlow's
-    oneDNN ones are fast); so does any other configuration. The outputs agree with the
-    convolution to float rounding (the taps are added in another order).
+    platforms (``TAP_PLATFORMS``) and the other backends keep their own convolution
+    (PyTorch's depthwise kernels and TensorFlow's oneDNN ones are fast); so does any other
+    configuration. The outputs agree with the convolution to float rounding (the taps are
+    added in another order).
 
     Args:
         kernel_size: (kh, kw) or an int, as ``keras.layers.DepthwiseConv2D``'s.
