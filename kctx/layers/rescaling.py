@@ -37,11 +37,12 @@ class ChannelRescaling(keras.layers.Rescaling):
         dtype = self.compute_dtype
         if keras.backend.backend() != "torch":
             return super().call(inputs)
+        key = (dtype, str(inputs.device))
         constants = self.__dict__.get("_torch_constants")
-        if constants is None or constants[0] != (dtype, str(inputs.device)):
-            constants = ((dtype, str(inputs.device)),
-                         ops.convert_to_tensor(self.scale, dtype),
-                         ops.convert_to_tensor(self.offset, dtype))
+        if constants is None or constants[0] != key:
+            with keras.device(key[1]):
+                constants = (key, ops.convert_to_tensor(self.scale, dtype),
+                             ops.convert_to_tensor(self.offset, dtype))
             # Outside Keras' attribute tracking and torch.nn.Module's registries: a cache.
             object.__setattr__(self, "_torch_constants", constants)
         _, scale, offset = constants
