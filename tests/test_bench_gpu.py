@@ -152,7 +152,7 @@ def test_the_gpu_benchmark_refuses_tensorflow():
         segnext_gpu.Runner()
 
 
-@pytest.mark.parametrize("kernel_size", [(5, 5), (1, 21), (21, 1), (3, 3), (4, 2)])
+@pytest.mark.parametrize("kernel_size", [(5, 5), (21, 1), (4, 2)])
 def test_depthwise_taps_compute_keras_depthwise_convolution(kernel_size):
     """``--depthwise-taps``' form (a sum of shifted taps) is the stride-1 "same"
     ``DepthwiseConv2D`` it stands in for, odd and even kernels, with the bias."""
@@ -173,18 +173,13 @@ def test_depthwise_taps_compute_keras_depthwise_convolution(kernel_size):
 def test_jax_profile_sums_the_traced_operations():
     """``jax_profile`` (the JAX side of the GPU tables' profiles) reads JAX's trace: on a
     CPU, XLA's operations of the traced calls."""
-    code = textwrap.dedent("""
-        import jax, jax.numpy as jnp, json
-        from kctx.bench.standalone import jax_profile
-        f = jax.jit(lambda x: jnp.sin(x) @ x)
-        x = jnp.ones((64, 64))
-        print(json.dumps(jax_profile(lambda: f(x), jax.block_until_ready, calls=2)))
-    """)
-    import subprocess
+    import jax
+    import jax.numpy as jnp
 
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=REPOSITORY, env=dict(os.environ, KERAS_BACKEND="jax"),
-                            check=True).stdout
-    profile = json.loads(output.strip().splitlines()[-1])
+    from kctx.bench.standalone import jax_profile
+
+    f = jax.jit(lambda x: jnp.sin(x) @ x)
+    x = jnp.ones((64, 64))
+    profile = jax_profile(lambda: f(x), jax.block_until_ready, calls=2)
     assert profile["calls"] == 2 and profile["device"] == "cpu" and profile["wall_ms"] > 0
     assert profile["top_operations"], profile
