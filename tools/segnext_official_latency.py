@@ -48,7 +48,6 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 import warnings
@@ -249,6 +248,22 @@ def timed_cell(args, device, call, batch):
             **other_load(before, cpu_jiffies())}
 
 
+def draw_dictionaries_on_the_gpu():
+    """mmseg's NMF draws its random dictionary on the CPU at every call
+    (``torch.rand(...).to(device)`` in ``NMF2D._build_bases``), a host-to-device copy that
+    CUDA-graph capture refuses. For the graph column only, draw it on the GPU (the same
+    uniform distribution, then the same normalisation); the eager column keeps mmseg's
+    code as it is."""
+    import torch
+    import torch.nn.functional as F
+    from mmseg.models.decode_heads.ham_head import NMF2D
+
+    def build_bases(self, B, S, D, R, device=None):
+        return F.normalize(torch.rand((B * S, D, R), device=device), dim=1)
+
+    NMF2D._build_bases = build_bases
+
+
 def inference_cells(args, device):
     import numpy as np
     import torch
@@ -284,6 +299,7 @@ def inference_cells(args, device):
         for batch in args.batches:
             cells[str(batch)] = timed_cell(args, device, lambda: infer(images[batch]), batch)
         if args.cuda_graph and device.cuda:
+            draw_dictionaries_on_the_gpu()
             for batch in args.batches:
                 try:
                     graphs[str(batch)] = timed_cell(
