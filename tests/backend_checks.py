@@ -314,3 +314,22 @@ def test_tap_depthwise_convolution_is_keras_depthwise_convolution(kernel_size):
         grad_conv = jax.grad(lambda xx: keras.ops.sum(keras.ops.square(reference(xx))))(x)
         np.testing.assert_allclose(np.asarray(grad_taps), np.asarray(grad_conv),
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [(24, 40), (5, 3)])  # up (SegNeXt's logits), down
+def test_gathered_bilinear_resize_is_the_default_resize(size):
+    """``kctx.ops.resize.GATHER_PLATFORMS``' form (PyTorch's two taps per axis, gathered
+    and blended) computes what ``resize_bilinear`` computes otherwise on JAX
+    (``jax.image.resize``, no antialiasing): the GPU experiment changes the speed only."""
+    from kctx.ops import resize
+
+    x = rng.normal(size=(2, 12, 10, 3)).astype("float32")
+    expected = keras.ops.convert_to_numpy(resize.resize_bilinear(x, size))
+    platforms = resize.GATHER_PLATFORMS
+    try:
+        resize.GATHER_PLATFORMS = ("gpu", "cpu")
+        assert resize._gathers(x, size) == (BACKEND == "jax")
+        got = keras.ops.convert_to_numpy(resize.resize_bilinear(x, size))
+    finally:
+        resize.GATHER_PLATFORMS = platforms
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

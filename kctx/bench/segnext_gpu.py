@@ -231,7 +231,8 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
-                  json_path=None, profile=False, compile_only=False, backend_depthwise=False):
+                  json_path=None, profile=False, compile_only=False, backend_depthwise=False,
+                  gather_resize=False):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
     with ``profile``, where each call's time goes
@@ -251,6 +252,12 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     runner = Runner()
     if backend_depthwise:
         _use_backend_depthwise()
+    if gather_resize:  # an experiment: PyTorch's two-tap bilinear resize on this platform
+        import jax
+
+        from kctx.ops import resize
+
+        resize.GATHER_PLATFORMS = (jax.default_backend(),)
     keras.config.set_dtype_policy(POLICIES[dtype])
     keras.utils.set_random_seed(0)
     start = time.perf_counter()
@@ -262,7 +269,7 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
         call, info = runner.forward(model, x)
         prepared.append((batch, call, info))
     result = {"framework": keras.backend.backend(), "variant": variant, "dtype": dtype,
-              "backend_depthwise": backend_depthwise,
+              "backend_depthwise": backend_depthwise, "gather_resize": gather_resize,
               "policy": POLICIES[dtype], "size": size, "num_classes": num_classes,
               "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
               "build_s": round(build_s, 2), "device": device_description(),
@@ -514,7 +521,8 @@ def main(args):
         return segnext_cells(variant, dtype, tuple(args.batches), args.size, args.num_classes,
                              args.repeats, args.warmup, args.batch_repeats, args.batch_warmup,
                              args.check_fixtures, args.json, args.profile is not None,
-                             args.compile_only, args.backend_depthwise)
+                             args.compile_only, args.backend_depthwise,
+                             args.gather_resize)
     payload = run(args)
     device = (payload["device"] or {}).get("device_kind")
     report(payload, format_table(payload["rows"], device), args.json)
@@ -553,6 +561,9 @@ def add_arguments(parser):
     parser.add_argument("--cell", nargs=2, metavar=("VARIANT", "DTYPE"),
                         help="measure one variant and dtype in this process (what each "
                              "measuring process runs)")
+    parser.add_argument("--gather-resize", action="store_true",
+                        help="with --cell on JAX: bilinear resizes as two gathered taps per "
+                             "axis (kctx.ops.resize.GATHER_PLATFORMS), not jax.image.resize")
     parser.add_argument("--backend-depthwise", action="store_true",
                         help="with --cell: MSCAN's depthwise convolutions as the backend's "
                              "grouped convolution on JAX too, not kctx's sum of taps "

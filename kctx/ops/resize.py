@@ -3,6 +3,26 @@
 import keras
 from keras import ops
 
+from kctx.ops.fid_resize import resize_bilinear_torch
+
+
+# The JAX platforms on which resize_bilinear gathers and blends two taps per axis
+# (PyTorch's form, kctx.ops.fid_resize.resize_bilinear_torch) instead of jax.image.resize's
+# interpolation matrices, which on an H200 ran as a float32 GEMM without tensor cores (2.35
+# ms) and a transpose (1.79 ms) for SegNeXt-T's 512² logits at batch 16. Empty until a GPU
+# measures the whole model with it: `python -m kctx.bench.segnext_gpu --cell t float32
+# --gather-resize` (docs/performance.md).
+GATHER_PLATFORMS = ()
+
+
+def _gathers(x, size):
+    if keras.backend.backend() != "jax" or not GATHER_PLATFORMS:
+        return False
+    import jax
+
+    return (jax.default_backend() in GATHER_PLATFORMS
+            and all(isinstance(s, int) for s in tuple(size) + tuple(x.shape[1:3])))
+
 
 def resize_bilinear(x, size):
     """Bilinearly resize (B, H, W, C) ``x`` to ``size`` = (H', W') without antialiasing.
@@ -33,4 +53,6 @@ def resize_bilinear(x, size):
         resized = tf.image.resize(x, tf.stack([tf.cast(s, tf.int32) for s in size]),
                                   method="bilinear")
         return ops.cast(resized, x.dtype)
+    if _gathers(x, size):
+        return resize_bilinear_torch(x, size)
     return ops.image.resize(x, tuple(size), interpolation="bilinear")
