@@ -14,6 +14,7 @@ from kctx.validation import (
     check_positive_int,
     standardize_data_format,
 )
+from kctx.layers._eager_constants import torch_constant
 from kctx.layers.context_block import register_context_block
 from kctx.ops.matrix_decomposition import METHODS, decompose, initial_bases
 from kctx.ops.replicas import cross_replica_mean, synchronized_batch_norm
@@ -421,15 +422,9 @@ class Hamburger(keras.layers.Layer):
         capture); the other backends trace the call and hold it as a constant."""
         if keras.backend.backend() != "torch":
             return initial_bases(self.method, shape, seed=self.seed)
-        device = str(self.lower_bread_kernel.value.device)
-        key = (shape, self.seed, device)
-        cached = self.__dict__.get("_torch_fixed_bases")
-        if cached is None or cached[0] != key:
-            with keras.device(device):
-                bases = initial_bases(self.method, shape, seed=self.seed)
-            cached = (key, bases)
-            object.__setattr__(self, "_torch_fixed_bases", cached)  # a cache, not state
-        return cached[1]
+        return torch_constant(self, "_torch_fixed_bases",
+                              str(self.lower_bread_kernel.value.device), (shape, self.seed),
+                              lambda: initial_bases(self.method, shape, seed=self.seed))
 
     def _online_update(self, bases):
         """D ← normalize(D + η (mean over the batch of D* − D)) along d.

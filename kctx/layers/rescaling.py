@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kctx.layers._eager_constants import torch_constant
+
 
 @keras.saving.register_keras_serializable(package="kctx")
 class ChannelRescaling(keras.layers.Rescaling):
@@ -37,15 +39,10 @@ class ChannelRescaling(keras.layers.Rescaling):
         dtype = self.compute_dtype
         if keras.backend.backend() != "torch":
             return super().call(inputs)
-        key = (dtype, str(inputs.device))
-        constants = self.__dict__.get("_torch_constants")
-        if constants is None or constants[0] != key:
-            with keras.device(key[1]):
-                constants = (key, ops.convert_to_tensor(self.scale, dtype),
-                             ops.convert_to_tensor(self.offset, dtype))
-            # Outside Keras' attribute tracking and torch.nn.Module's registries: a cache.
-            object.__setattr__(self, "_torch_constants", constants)
-        _, scale, offset = constants
+        scale, offset = torch_constant(
+            self, "_torch_constants", str(inputs.device), dtype,
+            lambda: (ops.convert_to_tensor(self.scale, dtype),
+                     ops.convert_to_tensor(self.offset, dtype)))
         if len(scale.shape) > 0 and keras.config.image_data_format() == "channels_first":
             scale = ops.reshape(scale, tuple(scale.shape) + (1,) * (3 - len(scale.shape)))
         return ops.cast(inputs, dtype) * scale + offset
