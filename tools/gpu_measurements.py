@@ -4,10 +4,11 @@ Run on a machine with one CUDA GPU, JAX and PyTorch (no TensorFlow needed), from
 repository root, with the official code importable (torch, mmengine, mmcv-lite 2.1.0,
 mmsegmentation 1.2.2; ``tools/official_mmseg.py`` stubs mmcv's compiled ops):
 
-    python tools/gpu_measurements.py --out results/gpu
+    python tools/gpu_measurements.py --sequential --out results/gpu
 
-It measures, in processes that build and compile together and then time one at a time
-(:func:`kctx.bench.standalone.run_in_turn`):
+It measures, in processes that run one after another, each alone on the GPU
+(``--sequential``; without it they build and compile together and then time one at a time,
+:func:`kctx.bench.standalone.run_in_turn`, which ran an H200 out of memory with 27):
 
 1. **SegNeXt T / S / B / L** at 512×512 (``python -m kctx.bench segnext-gpu``'s
    processes): batch-1 latency and batch-16 throughput, float32 and bfloat16, kctx on JAX
