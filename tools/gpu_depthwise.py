@@ -14,7 +14,7 @@ pass (each stage's depth), in three forms:
 * ``torch``: ``torch.nn.functional.conv2d(groups=C)`` in NCHW (mmseg's layout), and
   ``torch_nhwc`` the same in PyTorch's channels-last memory format.
 
-Run on a machine with JAX and PyTorch on one GPU (no kctx or Keras needed):
+Run on a machine with JAX, Keras and PyTorch on one GPU:
 
     python tools/gpu_depthwise.py --json results/gpu/depthwise.json
 
@@ -25,9 +25,11 @@ form equals XLA's convolution.
 import argparse
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
-# kctx.bench.standalone (standard library only) by its path: no kctx or Keras needed here.
+# kctx.bench.standalone (standard library only) by its path.
 _spec = importlib.util.spec_from_file_location(
     "standalone", Path(__file__).resolve().parents[1] / "kctx" / "bench" / "standalone.py")
 _standalone = importlib.util.module_from_spec(_spec)
@@ -66,19 +68,14 @@ def jax_times(rows, batch, dtype, repeats, warmup):
             x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
             feature_group_count=x.shape[-1])
 
-    def taps(x, w):
-        kh, kw = w.shape[:2]
-        h, wd = x.shape[1:3]
-        top, left = (kh - 1) // 2, (kw - 1) // 2
-        padded = jnp.pad(x, ((0, 0), (top, kh - 1 - top), (left, kw - 1 - left), (0, 0)))
-        out = None
-        for i in range(kh):
-            for j in range(kw):
-                term = padded[:, i:i + h, j:j + wd, :] * w[i, j, 0]
-                out = term if out is None else out + term
-        return out
+    # kctx's own op (TapDepthwiseConv2D's path on JAX GPUs), on the JAX backend of Keras.
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kctx.ops.depthwise import depthwise_conv_taps as taps
 
-    forms = {"jax_xla": jax.jit(xla), "jax_taps": jax.jit(taps)}
+    # (kh, kw, 1, C) for XLA's HWIO; Keras' depthwise layout (kh, kw, C, 1) for the taps.
+    forms = {"jax_xla": jax.jit(xla),
+             "jax_taps": jax.jit(lambda x, w: taps(x, jnp.swapaxes(w, 2, 3)))}
     rng = np.random.default_rng(0)
     out = []
     for stage, kernel, channels, side, count in rows:
