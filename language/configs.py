@@ -37,6 +37,8 @@ class LanguageConfig:
         kernel_size: causal convolution: k, the positions it sees.
         chunk_size: causal Hamburger and linear attention: positions per chunk of the
             parallel form (none: the Hamburger all at once, linear attention 64).
+        block_size: causal Hamburger: L, positions that share a dictionary fitted to the
+            blocks before theirs (none: a dictionary per position).
         steps: training steps.
         batch_size: global batch size (sequences of T characters).
         learning_rate: AdamW's peak learning rate (cosine decay to 0 over the steps).
@@ -59,6 +61,7 @@ class LanguageConfig:
     num_heads: int = 4
     kernel_size: int = 4
     chunk_size: int | None = None
+    block_size: int | None = None
     steps: int = 3000
     batch_size: int = 16
     learning_rate: float = 1e-3
@@ -78,7 +81,7 @@ class LanguageConfig:
         check_positive(self, "learning_rate", integer=False)
         check_nonnegative(self, "weight_decay", integer=False)
         check_nonnegative(self, "eval_every", "eval_characters")
-        for name in ("latent_dim", "chunk_size"):
+        for name in ("latent_dim", "chunk_size", "block_size"):
             if getattr(self, name) is not None:
                 check_positive(self, name)
 
@@ -87,7 +90,7 @@ class LanguageConfig:
         if self.mixer == "causal_hamburger":
             return {"rank": self.rank, "steps": self.ham_steps,
                     "latent_dim": self.latent_dim or 2 * self.embed_dim,
-                    "chunk_size": self.chunk_size}
+                    "chunk_size": self.chunk_size, "block_size": self.block_size}
         if self.mixer == "attention":
             return {"num_heads": self.num_heads}
         if self.mixer == "linear_attention":

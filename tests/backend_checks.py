@@ -106,7 +106,7 @@ def test_online_bases_move_in_training():
 
 def test_causal_ham_is_causal_recurrent_and_trains():
     """The causal ham: its per-position definition, exact causality, the recurrent form,
-    and the layer's fit step."""
+    the blocked form, and the layer's fit step."""
     bases = rng.uniform(size=(6, 3))
     bases /= np.linalg.norm(bases, axis=0, keepdims=True)
     sequence = rng.uniform(size=(2, 16, 6)).astype("float32")  # blocked prefix sums (8)
@@ -123,6 +123,15 @@ def test_causal_ham_is_causal_recurrent_and_trains():
         y_t, state = causal_nmf_step(sequence[:, t], bases, state, steps=3)
         steps.append(keras.ops.convert_to_numpy(y_t))
     np.testing.assert_allclose(np.stack(steps, axis=1), causal, rtol=1e-5, atol=1e-6)
+    # The blocked form (L = 5, padded to 20), parallel against its definition and recurrent.
+    blocked = keras.ops.convert_to_numpy(causal_nmf(sequence, bases, steps=3, block_size=5))
+    expected = ref.causal_nmf(sequence[0].T.astype("float64"), bases, 3, block_size=5).T
+    np.testing.assert_allclose(blocked[0], expected, rtol=2e-5, atol=1e-6)
+    state, steps = initial_causal_state(2, 6, 3, steps=3, block_size=5), []
+    for t in range(16):
+        y_t, state = causal_nmf_step(sequence[:, t], bases, state, steps=3, block_size=5)
+        steps.append(keras.ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(steps, axis=1), blocked, rtol=1e-5, atol=1e-6)
     inputs = keras.Input((None, 16))
     model = keras.Model(inputs, CausalHamburger(rank=4, steps=3, norm="layer")(inputs))
     model.compile(optimizer="sgd", loss="mse", jit_compile=JIT)

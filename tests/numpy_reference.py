@@ -259,13 +259,18 @@ def mmseg_slide_inference(encode_decode, inputs, crop, stride, num_classes):
     return preds / count_mat
 
 
-def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0):
+def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0, block_size=None):
     """The causal NMF by its per-position definition (kctx.ops.causal_decomposition): for
     every t, round k updates column t's code against D_t^(k-1), then D_t^(k) from the sums
-    over the prefix j ≤ t of x_j c_jᵀ and c_j c_jᵀ, each written out as a loop. X (d, n),
-    D0 (d, r); returns X̄ (d, n), column t reconstructed from D_t^(K) and one more code
-    update."""
+    over the prefix j ≤ t of x_j c_jᵀ and c_j c_jᵀ, each written out as a loop. With
+    ``block_size`` L the prefix is j < ⌊t/L⌋·L (the blocks before t's) and an empty prefix
+    keeps D0. X (d, n), D0 (d, r); returns X̄ (d, n), column t reconstructed from D_t^(K)
+    and one more code update."""
     d, n = X.shape
+
+    def prefix(t):
+        return range(t + 1) if block_size is None else range(t // block_size * block_size)
+
     codes = {t: softmax_columns(D0.T @ X[:, t:t + 1] / temperature) for t in range(n)}
     bases = {t: D0 for t in range(n)}
     for _ in range(steps):
@@ -273,8 +278,11 @@ def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0):
                  for t in range(n)}
         new_bases = {}
         for t in range(n):
-            xct = sum(X[:, j:j + 1] @ codes[j].T for j in range(t + 1))
-            cct = sum(codes[j] @ codes[j].T for j in range(t + 1))
+            if not prefix(t):
+                new_bases[t] = D0
+                continue
+            xct = sum(X[:, j:j + 1] @ codes[j].T for j in prefix(t))
+            cct = sum(codes[j] @ codes[j].T for j in prefix(t))
             new_bases[t] = bases[t] * xct / (bases[t] @ cct + eps)
         bases = new_bases
     out = np.zeros_like(X)

@@ -1,5 +1,6 @@
 """The causal Hamburger: the causal NMF against its per-position NumPy definition, exact
-causality, the parallel and recurrent forms alike, chunks, and the layer standards."""
+causality, the parallel and recurrent forms alike, chunks, the blocked form, and the layer
+standards."""
 
 import keras
 import numpy as np
@@ -29,6 +30,57 @@ def test_causal_nmf_is_its_per_position_definition(steps, length):
         expected = reference.causal_nmf(x[b].T.astype(np.float64), bases.astype(np.float64),
                                         steps, temperature=0.5).T
         np.testing.assert_allclose(got[b], expected, rtol=2e-5, atol=1e-6)
+
+
+# Blocks of 4 dividing 12 and not 11 (padded), 5 for 9, 1 (each position the dictionary of
+# the positions before it), 16 for 9 (one block: D₀ throughout).
+@pytest.mark.parametrize("block_size,length", [(4, 12), (4, 11), (5, 9), (1, 5), (16, 9)])
+def test_blocked_causal_nmf_is_its_definition_and_steps_alike(block_size, length):
+    """The blocked form (a dictionary per block of L positions, fitted to the blocks before)
+    against its NumPy definition, and its recurrent form against its parallel form."""
+    x, bases = _data(length=length)
+    got = ops.convert_to_numpy(causal_nmf(x, bases, steps=3, temperature=0.5,
+                                          block_size=block_size))
+    for b in range(x.shape[0]):
+        expected = reference.causal_nmf(x[b].T.astype(np.float64), bases.astype(np.float64),
+                                        3, temperature=0.5, block_size=block_size).T
+        np.testing.assert_allclose(got[b], expected, rtol=2e-5, atol=1e-6)
+    state = initial_causal_state(2, 6, 3, steps=3, block_size=block_size)
+    assert len(state) == 10 and tuple(state[-1].shape) == (2,)
+    outputs = []
+    for t in range(length):
+        y_t, state = causal_nmf_step(x[:, t], bases, state, steps=3, temperature=0.5,
+                                     block_size=block_size)
+        outputs.append(ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(outputs, axis=1), got, rtol=1e-5, atol=1e-6)
+    if block_size < length:  # another operator than the per-position form
+        assert np.abs(got - ops.convert_to_numpy(causal_nmf(x, bases, steps=3,
+                                                            temperature=0.5))).max() > 1e-3
+    with pytest.raises(ValueError, match=r"3·steps \+ 1 = 7 tensors"):
+        causal_nmf_step(x[:, 0], bases, state, steps=2, block_size=block_size)
+
+
+def test_blocked_form_is_causal_and_its_layer_generates_what_it_scores():
+    x, bases = _data(length=12)
+    y = ops.convert_to_numpy(causal_nmf(x, bases, steps=4, block_size=4))
+    for t in (0, 3, 4, 9):
+        changed = x.copy()
+        changed[:, t + 1:] = RNG.uniform(size=changed[:, t + 1:].shape) * 3.0
+        z = ops.convert_to_numpy(causal_nmf(changed, bases, steps=4, block_size=4))
+        np.testing.assert_array_equal(z[:, :t + 1], y[:, :t + 1])
+    layer = CausalHamburger(rank=4, steps=3, latent_dim=12, block_size=3, seed=3)
+    inputs = RNG.standard_normal((2, 8, 8)).astype("float32")
+    whole = ops.convert_to_numpy(layer(inputs))
+    state = layer.initial_state(2)
+    steps = []
+    for t in range(8):
+        y_t, state = layer.step(inputs[:, t], state)
+        steps.append(ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(steps, axis=1), whole, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="give one of them"):
+        causal_nmf(x, bases, chunk_size=4, block_size=4)
+    with pytest.raises(ValueError, match="give one of them"):
+        CausalHamburger(chunk_size=4, block_size=4)
 
 
 @pytest.mark.parametrize("length", [12, 16])  # cumsum's prefix sums, blocked ones
@@ -113,7 +165,8 @@ def test_layer_generates_what_it_scores():
     dict(rank=4, steps=2),
     dict(rank=4, steps=2, init="learned", one_step_gradient=False, final_relu=True,
          norm="layer", residual_scale_init=0.0, latent_dim=16, chunk_size=3),
-], ids=["default", "learned-bptt-norm-zero-branch-chunks"])
+    dict(rank=4, steps=2, block_size=4, final_relu=True),
+], ids=["default", "learned-bptt-norm-zero-branch-chunks", "blocks"])
 def test_layer_standards(kwargs):
     run_layer_test(CausalHamburger, kwargs, (2, 6, 8), variable_spatial_dims=False)
 
@@ -132,6 +185,7 @@ def test_learned_dictionary_gets_gradient_only_through_the_rounds():
     (dict(steps=0), "Received: steps=0"),
     (dict(init="random"), "Received: init='random'"),
     (dict(norm="batch"), "Received: norm='batch'"),
+    (dict(block_size=0), "Received: block_size=0"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):

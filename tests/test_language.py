@@ -71,13 +71,16 @@ def test_tiny_run_trains_resumes_rescores_and_generates(tmp_path):
 
 def test_every_mixer_has_its_options_and_bad_settings_are_named():
     assert get_config("stdlib", mixer="causal_hamburger").mixer_options() == {
-        "rank": 16, "steps": 6, "latent_dim": 256, "chunk_size": None}
+        "rank": 16, "steps": 6, "latent_dim": 256, "chunk_size": None, "block_size": None}
+    assert get_config("stdlib", block_size=64).mixer_options()["block_size"] == 64
     assert get_config("stdlib", mixer="linear_attention").mixer_options()["chunk_size"] == 64
     assert get_config("stdlib_2048").context_length == 2048
     with pytest.raises(ValueError, match="Received: mixer='lstm'"):
         get_config("stdlib", mixer="lstm")
     with pytest.raises(ValueError, match="Received: context_length=0"):
         get_config("stdlib", context_length=0)
+    with pytest.raises(ValueError, match="Received: block_size=0"):
+        get_config("stdlib", block_size=0)
 
 
 def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):

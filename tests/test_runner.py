@@ -206,6 +206,8 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     assert timing["eval_seconds"] == pytest.approx(
         sum(row.get("eval_seconds", 0.0) for row in rows), abs=0.006)
     assert timing["seconds_per_step"] > 0
+    # The peak resident memory of the killed and of the resumed process, the larger.
+    assert timing["peak_memory_mb"] == max(row["peak_memory_mb"] for row in rows) > 100
     run = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert run["deterministic"] and run["config"]["name"] == results["config"]
     assert run["backend"] == backend and run["replicas"] == devices

@@ -32,7 +32,10 @@ class CausalHamburger(keras.layers.Layer):
     It runs in two forms that compute the same numbers:
 
     * ``layer(x)``: the parallel form, for training and scoring whole sequences,
-      O(K·T·d·r²) work and O(T·d·r) memory per round (``chunk_size`` bounds the memory);
+      O(K·T·d·r²) work and O(T·d·r) memory per round (``chunk_size`` bounds the memory;
+      ``block_size`` = L shares a dictionary between the L positions of a block, fitted to
+      the blocks before: T/L dictionaries per round, exactly causal still, but another
+      operator, see :mod:`kctx.ops.causal_decomposition`);
     * ``layer.step(x_t, state)``: the recurrent form, one position at a time for generation,
       with a state of K·(d·r + r²) numbers per sequence whatever the position
       (``layer.initial_state(batch_size)`` starts it).
@@ -63,6 +66,7 @@ class CausalHamburger(keras.layers.Layer):
             for a pre-norm block that adds the residual itself
             (:class:`kctx.models.CausalLanguageModel`).
         chunk_size: positions the parallel form processes at once (``None``: all).
+        block_size: L, positions that share a dictionary (``None``: one per position).
         seed: the seed of the fixed (or the learned one's initial) D₀.
         kernel_initializer: initializer of the breads' kernels.
         **kwargs: base layer arguments.
@@ -89,7 +93,8 @@ class CausalHamburger(keras.layers.Layer):
 
     def __init__(self, rank=16, steps=6, latent_dim=None, init="fixed", temperature=1.0,
                  eps=1e-6, one_step_gradient=True, final_relu=False, norm=None,
-                 residual_scale_init=None, residual=True, chunk_size=None, seed=0,
+                 residual_scale_init=None, residual=True, chunk_size=None, block_size=None,
+                 seed=0,
                  kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         check_positive_int("rank", rank)
@@ -99,6 +104,11 @@ class CausalHamburger(keras.layers.Layer):
         check_positive_float("temperature", temperature)
         check_choice("norm", norm, NORMS)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
+        check_positive_int("block_size", block_size, allow_none=True)
+        if chunk_size is not None and block_size is not None:
+            raise ValueError("`chunk_size` bounds the per-position form's memory, "
+                             "`block_size` chooses the blocked form: give one of them. "
+                             f"Received: chunk_size={chunk_size}, block_size={block_size}")
         if final_relu and not residual:
             raise ValueError("`final_relu=True` is the ReLU after the residual sum: it needs "
                              "`residual=True`. Received: final_relu=True, residual=False")
@@ -119,6 +129,7 @@ class CausalHamburger(keras.layers.Layer):
                                     else float(residual_scale_init))
         self.residual = bool(residual)
         self.chunk_size = chunk_size
+        self.block_size = block_size
         self.seed = int(seed)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -156,7 +167,7 @@ class CausalHamburger(keras.layers.Layer):
         x = ops.cast(latent, "float32")
         return causal_nmf(x, self.bases, steps=self.steps, temperature=self.temperature,
                           eps=self.eps, one_step_gradient=self.one_step_gradient,
-                          chunk_size=chunk_size)
+                          chunk_size=chunk_size, block_size=self.block_size)
 
     def _output(self, inputs, reconstruction):
         branch = self.upper_bread(ops.cast(reconstruction, self.compute_dtype))
@@ -174,14 +185,16 @@ class CausalHamburger(keras.layers.Layer):
 
     def initial_state(self, batch_size):
         """The recurrent form's state before the first position (zero prefix sums)."""
-        return initial_causal_state(batch_size, self._d, self.rank, self.steps)
+        return initial_causal_state(batch_size, self._d, self.rank, self.steps,
+                                    block_size=self.block_size)
 
     def step(self, inputs, state):
         """The output at one position from its input (batch, C) and the state of the
         positions before; returns ``(outputs, state)``, the state now including it."""
         latent = ops.cast(self.lower_bread(inputs), "float32")
         reconstruction, state = causal_nmf_step(latent, self.bases, state, steps=self.steps,
-                                                temperature=self.temperature, eps=self.eps)
+                                                temperature=self.temperature, eps=self.eps,
+                                                block_size=self.block_size)
         return self._output(inputs, reconstruction), state
 
     def compute_output_shape(self, input_shape):
@@ -194,6 +207,7 @@ class CausalHamburger(keras.layers.Layer):
             temperature=self.temperature, eps=self.eps,
             one_step_gradient=self.one_step_gradient, final_relu=self.final_relu,
             norm=self.norm, residual_scale_init=self.residual_scale_init,
-            residual=self.residual, chunk_size=self.chunk_size, seed=self.seed,
+            residual=self.residual, chunk_size=self.chunk_size,
+            block_size=self.block_size, seed=self.seed,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
         return config

@@ -13,6 +13,7 @@ import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -117,7 +118,9 @@ class HistoryLog(StepCounter):
 
     Columns: ``step``, the optimizer steps done at the row's end; ``seconds``,
     the wall-clock time of the row's training steps; ``eval_seconds``, that of
-    the held-out evaluation run at the row's end (empty when none); then the
+    the held-out evaluation run at the row's end (empty when none);
+    ``peak_memory_mb``, the process's peak resident memory so far (:func:`peak_memory_mb`;
+    empty where the platform has no ``resource`` module); then the
     training metrics (``loss``, ...: means over the interval's steps) and the
     held-out ones (``val_*``, at ``step``; empty when not evaluated then).
     Rows past ``start_step`` (written by a killed run after its last checkpoint)
@@ -143,10 +146,25 @@ class HistoryLog(StepCounter):
         row = {"step": self.step, "seconds": round(seconds, 4)}
         if self._evaluating:
             row["eval_seconds"] = round(self._evaluating, 4)
+        memory = peak_memory_mb()
+        if memory is not None:
+            row["peak_memory_mb"] = memory
         row.update({key: float(value) for key, value in (logs or {}).items()})
         self.rows.append(row)
         if self.write:
             write_history(self.path, self.rows)
+
+
+def peak_memory_mb():
+    """The peak resident memory of this process since it started, in MB (10⁶ bytes; the
+    runtime, the data and the largest step's tensors together), or ``None`` without
+    ``resource`` (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6, 1)
 
 
 def read_history(path):
@@ -179,14 +197,19 @@ def write_history(path, rows):
 
 def timing(rows, first_step=0):
     """``timing.json``'s content from history rows: ``train_seconds`` and
-    ``eval_seconds`` (sums of those columns) and ``seconds_per_step``, the median
-    over the rows after the first (which includes tracing)."""
+    ``eval_seconds`` (sums of those columns), ``seconds_per_step``, the median
+    over the rows after the first (which includes tracing), and ``peak_memory_mb``, the
+    largest of the rows' (of every process of a resumed run; absent without the column)."""
     intervals, previous = [], first_step
     for index, row in enumerate(rows):
         steps = row["step"] - previous
         if steps > 0 and index > 0:
             intervals.append(row["seconds"] / steps)
         previous = row["step"]
-    return {"train_seconds": round(sum(row["seconds"] for row in rows), 2),
-            "eval_seconds": round(sum(row.get("eval_seconds", 0.0) for row in rows), 2),
-            "seconds_per_step": round(statistics.median(intervals), 5) if intervals else None}
+    result = {"train_seconds": round(sum(row["seconds"] for row in rows), 2),
+              "eval_seconds": round(sum(row.get("eval_seconds", 0.0) for row in rows), 2),
+              "seconds_per_step": round(statistics.median(intervals), 5) if intervals else None}
+    memory = [row["peak_memory_mb"] for row in rows if "peak_memory_mb" in row]
+    if memory:
+        result["peak_memory_mb"] = max(memory)
+    return result
