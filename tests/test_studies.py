@@ -305,7 +305,8 @@ def _cell_outputs(directory):
     results = json.loads((directory / "results.json").read_text())
     history = (directory / "history.csv").read_text().splitlines()
     columns = history[0].split(",")
-    kept = [i for i, c in enumerate(columns) if "seconds" not in c]
+    # (Not the times, nor the peak memory of the process, which differ from run to run.)
+    kept = [i for i, c in enumerate(columns) if "seconds" not in c and c != "peak_memory_mb"]
     evaluations = {path.name: {k: v for k, v in json.loads(path.read_text()).items()
                                if k != "source"}
                    for path in sorted(directory.glob("evaluation-*.json"))}
