@@ -147,3 +147,11 @@ def test_generation_bench_writes_state_sizes_and_speeds(tmp_path):
     assert all(r["compiled"] for r in compiled.values()) and len(compiled) == 4
     for key, row in compiled.items():
         assert row["state_mb"] == rows[key]["state_mb"]
+    # The blocked Hamburger: a constant state too, K dictionaries (and a count) larger.
+    assert main(["generation", "--lengths", "6", "12", "--window", "3", "--embed-dim", "8",
+                 "--num-blocks", "1", "--mixers", "causal_hamburger", "--ham-block-size", "4",
+                 "--json", str(path)]) == 0
+    blocked = {r["length"]: r for r in json.loads(path.read_text())}
+    assert blocked[6]["options"] == {"block_size": 4}
+    assert blocked[12]["state_mb"] == blocked[6]["state_mb"] > rows["causal_hamburger",
+                                                                    6]["state_mb"]

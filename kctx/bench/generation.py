@@ -7,7 +7,9 @@ do not depend on them) generates one sequence token by token (``model.step``, ea
 ``--batch``) up to the longest length. At each length of ``--lengths`` the table gives the
 time per token over the ``--window`` tokens that end there and the size of the state the
 decoding loop carries (every block's mixer state: the key-value cache grows with t, the
-causal Hamburger's K·(d·r + r²) and linear attention's sums do not).
+causal Hamburger's K·(d·r + r²) and linear attention's sums do not). ``--ham-block-size L``
+runs the Hamburger in its blocked form (a dictionary per block of L positions; its state
+adds the block's K dictionaries).
 
 Eager, Python's dispatch of each op dominates a token's time at these sizes; ``--compiled``
 (TensorFlow backend) runs the step as one ``tf.function`` traced with ``reduce_retracing``,
@@ -51,9 +53,11 @@ def _compiled_step(model):
 
 
 def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384), batch=1,
-                   embed_dim=128, num_blocks=4, window=64, seed=0, compiled=False, log=print):
+                   embed_dim=128, num_blocks=4, window=64, seed=0, compiled=False,
+                   ham_block_size=None, log=print):
     """Time token-by-token generation per mixer; ``compiled``: the step as one
-    ``tf.function`` (TensorFlow backend), else eager. Returns the table's rows."""
+    ``tf.function`` (TensorFlow backend), else eager; ``ham_block_size``: the causal
+    Hamburger's ``block_size``. Returns the table's rows."""
     import keras
 
     from kctx.models import CausalLanguageModel
@@ -65,8 +69,10 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
     rows = []
     for mixer in mixers:
         keras.utils.set_random_seed(seed)
+        options = ({"block_size": ham_block_size}
+                   if mixer == "causal_hamburger" and ham_block_size else {})
         model = CausalLanguageModel(vocabulary_size=256, embed_dim=embed_dim,
-                                    num_blocks=num_blocks, mixer=mixer)
+                                    num_blocks=num_blocks, mixer=mixer, mixer_options=options)
         model.build((batch, 1))
         step = _compiled_step(model) if compiled else model.step
         tokens = keras.ops.zeros((batch,), "int32")
@@ -81,7 +87,8 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
             if position in lengths:
                 keras.ops.convert_to_numpy(tokens)  # the last token computed
                 marks[position] = (time.perf_counter() - start) / window
-                rows.append({"mixer": mixer, "length": position, "batch": batch,
+                rows.append({"mixer": mixer, "options": options, "length": position,
+                             "batch": batch,
                              "compiled": compiled,
                              "params": model.count_params(),
                              "ms_per_token": 1e3 * marks[position],
@@ -96,7 +103,9 @@ def format_table(rows):
               f"{'tokens / s':>11} {'State MB':>9}")
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['mixer']:<18} {r['length']:>7} {r['params']:>10,} "
+        name = r["mixer"] + "".join(f" {key}={value}"
+                                    for key, value in r.get("options", {}).items())
+        lines.append(f"{name:<18} {r['length']:>7} {r['params']:>10,} "
                      f"{r['ms_per_token']:>11.2f} {r['tokens_per_second']:>11.1f} "
                      f"{r['state_mb']:>9.3f}")
     lines.append("")
@@ -109,7 +118,8 @@ def format_table(rows):
 def main(args):
     rows = run_generation(mixers=args.mixers, lengths=args.lengths, batch=args.batch,
                           embed_dim=args.embed_dim, num_blocks=args.num_blocks,
-                          window=args.window, compiled=args.compiled)
+                          window=args.window, compiled=args.compiled,
+                          ham_block_size=args.ham_block_size)
     return report(rows, format_table(rows), args.json)
 
 
@@ -125,5 +135,7 @@ def add_arguments(parser):
                         help="tokens timed before each length")
     parser.add_argument("--compiled", action="store_true",
                         help="run the step as one tf.function (TensorFlow backend)")
+    parser.add_argument("--ham-block-size", type=positive_int,
+                        help="the causal Hamburger's block_size (its blocked form)")
     parser.add_argument("--json", type=output_path,
                         help="write the rows as a JSON list to this path")
