@@ -86,7 +86,7 @@ def test_every_mixer_has_its_options_and_bad_settings_are_named():
 def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):
     """The exported artifacts take token ids and give Keras' logits: the causal ham's
     cumulative sums and batched products convert (no einsum with '...', which the
-    converters refuse)."""
+    converters refuse), in both forms."""
     from language.export import export
     from language.train import train
 
@@ -94,3 +94,9 @@ def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):
     for format in ("onnx", "litert"):
         report = export(tmp_path, format, log=lambda *_: None)
         assert report["max_relative_difference"] < 1e-4, (format, report)
+    # The blocked form's padding, block reshapes and exclusive sums convert too.
+    blocked = tmp_path / "blocked"
+    train("stdlib", "causal_hamburger", model_dir=blocked, **dict(TINY, steps=2,
+                                                                 block_size=5))
+    report = export(blocked, "onnx", log=lambda *_: None)
+    assert report["max_relative_difference"] < 1e-4, report
