@@ -74,9 +74,10 @@ def test_sf_fits_a_chord_product_and_beats_tsvd_where_the_paper_says():
     assert 2 * n * rank + rank >= sf.sf_nonzeros(n) > 2 * n * (rank - 1) + rank - 1
     shift = np.roll(np.eye(n), 13, axis=1)
     assert sf.tsvd(shift)[1] == pytest.approx(np.sqrt(n - rank))
-    assert sf.fit(shift, steps=1000).error < 0.6 * sf.tsvd(shift)[1]
+    # (300 and 500 L-BFGS steps: 0.54 and 0.48 of TSVD's error here; 1,000: 0.54, 0.43.)
+    assert sf.fit(shift, steps=300).error < 0.6 * sf.tsvd(shift)[1]
     sparse = (np.random.default_rng(0).random((48, 48)) < 0.05).astype(float)
-    assert sf.fit(sparse, steps=1000).error < 0.6 * sf.tsvd(sparse)[1]
+    assert sf.fit(sparse, steps=500).error < 0.6 * sf.tsvd(sparse)[1]
     # A rank-2 checkerboard: TSVD is exact, SF is not (the paper's "chess" case).
     board = np.kron((np.indices((4, 4)).sum(0) % 2), np.ones((8, 8)))
     assert sf.tsvd(board)[1] < 1e-10 < sf.fit(board, steps=200).error
