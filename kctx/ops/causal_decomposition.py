@@ -351,9 +351,7 @@ def _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps, one_step_g
     codes = ops.softmax(ops.matmul(blocks, bases) / temperature, axis=-1)
     dictionary = bases  # D_b⁽⁰⁾ = D₀ for every block: broadcast, not materialised
     for step in range(steps):
-        xd = ops.matmul(blocks, dictionary)
-        gram = ops.matmul(ops.swapaxes(dictionary, -1, -2), dictionary)
-        codes = codes * xd / (ops.matmul(codes, gram) + eps)
+        codes = _block_code_update(blocks, codes, dictionary, eps)
         # Σ over each block of xᵀc (d × r) and cᵀc (r × r), then over the blocks before.
         xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(blocks, -1, -2), codes))
         ctc = _exclusive_block_sums(ops.matmul(ops.swapaxes(codes, -1, -2), codes))
@@ -361,12 +359,18 @@ def _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps, one_step_g
     if one_step_gradient:
         codes = ops.stop_gradient(codes)
         dictionary = ops.stop_gradient(dictionary)
-    xd = ops.matmul(blocks, dictionary)
-    gram = ops.matmul(ops.swapaxes(dictionary, -1, -2), dictionary)
-    codes = codes * xd / (ops.matmul(codes, gram) + eps)
+    codes = _block_code_update(blocks, codes, dictionary, eps)
     output = ops.reshape(ops.matmul(codes, ops.swapaxes(dictionary, -1, -2)),
                          ops.shape(padded))
     return output[:, :shape[1]] if pads else output
+
+
+def _block_code_update(blocks, codes, dictionary, eps):
+    """c ← c ⊙ (x·D_b) / (c·(D_bᵀD_b) + ε) for the positions (…, L, ·) of each block b,
+    with D₀ (d, r) or a dictionary per block (B, T/L, d, r)."""
+    xd = ops.matmul(blocks, dictionary)
+    gram = ops.matmul(ops.swapaxes(dictionary, -1, -2), dictionary)
+    return codes * xd / (ops.matmul(codes, gram) + eps)
 
 
 def _exclusive_block_sums(values):
