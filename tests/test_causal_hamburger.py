@@ -21,6 +21,15 @@ def _data(batch=2, length=9, channels=6, rank=3):
     return x, bases
 
 
+def _stepped(layer, inputs):
+    """The layer's recurrent form over ``inputs`` (B, T, C), one position at a time."""
+    state, outputs = layer.initial_state(inputs.shape[0]), []
+    for t in range(inputs.shape[1]):
+        y_t, state = layer.step(inputs[:, t], state)
+        outputs.append(ops.convert_to_numpy(y_t))
+    return np.stack(outputs, axis=1)
+
+
 # 9 positions: cumsum's prefix sums; 24: the blocked ones (3 blocks of 8).
 @pytest.mark.parametrize("steps,length", [(1, 9), (3, 9), (3, 24)])
 def test_causal_nmf_is_its_per_position_definition(steps, length):
@@ -70,13 +79,8 @@ def test_blocked_form_is_causal_and_its_layer_generates_what_it_scores():
         np.testing.assert_array_equal(z[:, :t + 1], y[:, :t + 1])
     layer = CausalHamburger(rank=4, steps=3, latent_dim=12, block_size=3, seed=3)
     inputs = RNG.standard_normal((2, 8, 8)).astype("float32")
-    whole = ops.convert_to_numpy(layer(inputs))
-    state = layer.initial_state(2)
-    steps = []
-    for t in range(8):
-        y_t, state = layer.step(inputs[:, t], state)
-        steps.append(ops.convert_to_numpy(y_t))
-    np.testing.assert_allclose(np.stack(steps, axis=1), whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_stepped(layer, inputs), ops.convert_to_numpy(layer(inputs)),
+                               rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="give one of them"):
         causal_nmf(x, bases, chunk_size=4, block_size=4)
     with pytest.raises(ValueError, match="give one of them"):
@@ -152,13 +156,8 @@ def test_layer_generates_what_it_scores():
     # A zero branch scale: the identity; then a trained-like scale.
     np.testing.assert_allclose(ops.convert_to_numpy(layer(inputs)), inputs, atol=1e-6)
     layer.residual_scale.assign(0.7)
-    whole = ops.convert_to_numpy(layer(inputs))
-    state = layer.initial_state(3)
-    steps = []
-    for t in range(7):
-        y_t, state = layer.step(inputs[:, t], state)
-        steps.append(ops.convert_to_numpy(y_t))
-    np.testing.assert_allclose(np.stack(steps, axis=1), whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_stepped(layer, inputs), ops.convert_to_numpy(layer(inputs)),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs", [
