@@ -79,8 +79,8 @@ def test_blocked_form_is_causal_and_its_layer_generates_what_it_scores():
         np.testing.assert_array_equal(z[:, :t + 1], y[:, :t + 1])
     layer = CausalHamburger(rank=4, steps=3, latent_dim=12, block_size=3, seed=3)
     inputs = RNG.standard_normal((2, 8, 8)).astype("float32")
-    np.testing.assert_allclose(_stepped(layer, inputs), ops.convert_to_numpy(layer(inputs)),
-                               rtol=1e-5, atol=1e-5)
+    whole = ops.convert_to_numpy(layer(inputs))  # (builds the layer)
+    np.testing.assert_allclose(_stepped(layer, inputs), whole, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="give one of them"):
         causal_nmf(x, bases, chunk_size=4, block_size=4)
     with pytest.raises(ValueError, match="give one of them"):
@@ -156,8 +156,8 @@ def test_layer_generates_what_it_scores():
     # A zero branch scale: the identity; then a trained-like scale.
     np.testing.assert_allclose(ops.convert_to_numpy(layer(inputs)), inputs, atol=1e-6)
     layer.residual_scale.assign(0.7)
-    np.testing.assert_allclose(_stepped(layer, inputs), ops.convert_to_numpy(layer(inputs)),
-                               rtol=1e-5, atol=1e-5)
+    whole = ops.convert_to_numpy(layer(inputs))  # (builds the layer)
+    np.testing.assert_allclose(_stepped(layer, inputs), whole, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs", [
