@@ -164,8 +164,9 @@ def test_layer_generates_what_it_scores():
     dict(rank=4, steps=2),
     dict(rank=4, steps=2, init="learned", one_step_gradient=False, final_relu=True,
          norm="layer", residual_scale_init=0.0, latent_dim=16, chunk_size=3),
-    dict(rank=4, steps=2, block_size=4, final_relu=True),
-], ids=["default", "learned-bptt-norm-zero-branch-chunks", "blocks"])
+    dict(rank=4, steps=2, block_size=4, final_relu=True, init="learned",
+         one_step_gradient=False),
+], ids=["default", "learned-bptt-norm-zero-branch-chunks", "blocks-learned-bptt"])
 def test_layer_standards(kwargs):
     run_layer_test(CausalHamburger, kwargs, (2, 6, 8), variable_spatial_dims=False)
 
