@@ -215,6 +215,10 @@ def main(argv=None):
                              "(no compile-only twins): slower, but no process's memory or "
                              "cuDNN / XLA autotuning meets another's (27 processes preparing "
                              "together ran an H200 out of memory)")
+    parser.add_argument("--jax-options", nargs="+", default=[], metavar="OPTION",
+                        choices=("gather-resize", "strip-taps", "backend-depthwise"),
+                        help="the JAX SegNeXt processes' experiments (their --cell flags "
+                             "without the dashes)")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, to try it out")
     parser.add_argument("--profile", nargs="+", default=["t", "l"], metavar="VARIANT",
                         help="the variants whose PyTorch calls are profiled (float32)")
@@ -240,6 +244,8 @@ def main(argv=None):
             if job["name"].startswith(("jax/", "torch/")):
                 job["env"] = backend_env(job["name"].split("/")[0], args.jax_cache)
                 job["cwd"] = str(REPOSITORY)
+            if job["name"].startswith("jax/"):
+                job["argv"] = job["argv"] + [f"--{option}" for option in args.jax_options]
             jobs.append(job)
     if "blocks" in args.parts:
         jobs += block_jobs(args, folder)
