@@ -216,7 +216,7 @@ def main(argv=None):
                              "cuDNN / XLA autotuning meets another's (27 processes preparing "
                              "together ran an H200 out of memory)")
     parser.add_argument("--jax-options", nargs="+", default=[], metavar="OPTION",
-                        choices=("gather-resize", "strip-taps", "backend-depthwise"),
+                        choices=("matrix-resize", "square-taps", "backend-depthwise"),
                         help="the JAX SegNeXt processes' experiments (their --cell flags "
                              "without the dashes)")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, to try it out")

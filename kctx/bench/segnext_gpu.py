@@ -232,7 +232,7 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
                   json_path=None, profile=False, compile_only=False, backend_depthwise=False,
-                  gather_resize=False, strip_taps=False):
+                  matrix_resize=False, square_taps=False):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
     with ``profile``, where each call's time goes
@@ -252,14 +252,14 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     runner = Runner()
     if backend_depthwise:
         _use_backend_depthwise()
-    if strip_taps:
-        _use_taps_for_strips_only()
-    if gather_resize:  # an experiment: PyTorch's two-tap bilinear resize on this platform
-        import jax
+    if square_taps:
+        from kctx.layers import TapDepthwiseConv2D
 
+        TapDepthwiseConv2D.SQUARE_TAPS = True
+    if matrix_resize:  # jax.image.resize's interpolation matrices, as before lease 4
         from kctx.ops import resize
 
-        resize.GATHER_PLATFORMS = (jax.default_backend(),)
+        resize.GATHER_PLATFORMS = ()
     keras.config.set_dtype_policy(POLICIES[dtype])
     keras.utils.set_random_seed(0)
     start = time.perf_counter()
@@ -271,8 +271,8 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
         call, info = runner.forward(model, x)
         prepared.append((batch, call, info))
     result = {"framework": keras.backend.backend(), "variant": variant, "dtype": dtype,
-              "backend_depthwise": backend_depthwise, "gather_resize": gather_resize,
-              "strip_taps": strip_taps,
+              "backend_depthwise": backend_depthwise, "matrix_resize": matrix_resize,
+              "square_taps": square_taps,
               "policy": POLICIES[dtype], "size": size, "num_classes": num_classes,
               "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
               "build_s": round(build_s, 2), "device": device_description(),
@@ -319,18 +319,6 @@ def _use_backend_depthwise():
     from kctx.layers import TapDepthwiseConv2D
 
     TapDepthwiseConv2D._uses_taps = lambda self, inputs: False
-
-
-def _use_taps_for_strips_only():
-    """In this process, only MSCAN's strip convolutions (1×k, k×1) run as kctx's sum of
-    taps; the square 5×5 and 3×3 ones run the backend's grouped convolution
-    (``--strip-taps``: alone on an H200, XLA's convolution was faster for those,
-    ``results/gpu_h200/lease3/depthwise.json``)."""
-    from kctx.layers import TapDepthwiseConv2D
-
-    uses_taps = TapDepthwiseConv2D._uses_taps
-    TapDepthwiseConv2D._uses_taps = lambda self, inputs: (
-        1 in tuple(self.kernel_size) and uses_taps(self, inputs))
 
 
 def timed_cell(runner, call, batch, repeats, warmup):
@@ -537,7 +525,7 @@ def main(args):
                              args.repeats, args.warmup, args.batch_repeats, args.batch_warmup,
                              args.check_fixtures, args.json, args.profile is not None,
                              args.compile_only, args.backend_depthwise,
-                             args.gather_resize, args.strip_taps)
+                             args.matrix_resize, args.square_taps)
     payload = run(args)
     device = (payload["device"] or {}).get("device_kind")
     report(payload, format_table(payload["rows"], device), args.json)
@@ -576,17 +564,18 @@ def add_arguments(parser):
     parser.add_argument("--cell", nargs=2, metavar=("VARIANT", "DTYPE"),
                         help="measure one variant and dtype in this process (what each "
                              "measuring process runs)")
-    parser.add_argument("--gather-resize", action="store_true",
-                        help="with --cell on JAX: bilinear resizes as two gathered taps per "
-                             "axis (kctx.ops.resize.GATHER_PLATFORMS), not jax.image.resize")
+    parser.add_argument("--matrix-resize", action="store_true",
+                        help="with --cell on JAX: bilinear resizes as jax.image.resize's "
+                             "interpolation matrices, not two gathered taps per axis "
+                             "(kctx.ops.resize.GATHER_PLATFORMS; how kctx ran before lease 4)")
+    parser.add_argument("--square-taps", action="store_true",
+                        help="with --cell on JAX: the square depthwise kernels (5×5, 3×3) as "
+                             "kctx's sum of taps too, not XLA's convolution "
+                             "(TapDepthwiseConv2D.SQUARE_TAPS; how lease 3 ran)")
     parser.add_argument("--backend-depthwise", action="store_true",
                         help="with --cell: MSCAN's depthwise convolutions as the backend's "
                              "grouped convolution on JAX too, not kctx's sum of taps "
                              "(TapDepthwiseConv2D; the comparison of results/gpu_h200/lease3)")
-    parser.add_argument("--strip-taps", action="store_true",
-                        help="with --cell on JAX: only the strip (1×k, k×1) depthwise "
-                             "convolutions as kctx's sum of taps, the square ones as the "
-                             "backend's grouped convolution")
     parser.add_argument("--compile-only", action="store_true",
                         help="with --cell: build and compile, then exit (fills JAX's "
                              "compilation cache)")

@@ -9,10 +9,11 @@ from kctx.ops.fid_resize import resize_bilinear_torch
 # The JAX platforms on which resize_bilinear gathers and blends two taps per axis
 # (PyTorch's form, kctx.ops.fid_resize.resize_bilinear_torch) instead of jax.image.resize's
 # interpolation matrices, which on an H200 ran as a float32 GEMM without tensor cores (2.35
-# ms) and a transpose (1.79 ms) for SegNeXt-T's 512² logits at batch 16. Empty until a GPU
-# measures the whole model with it: `python -m kctx.bench.segnext_gpu --cell t float32
-# --gather-resize` (docs/performance.md).
-GATHER_PLATFORMS = ()
+# ms) and a transpose (1.79 ms) for SegNeXt-T's 512² logits at batch 16. With the gathers,
+# SegNeXt-T float32 took 20.0 instead of 22.8 ms at batch 16 and 2.66 instead of 2.88 ms at
+# batch 1 on an H200 (results/gpu_h200/lease4; `python -m kctx.bench.segnext_gpu --cell t
+# float32 [--matrix-resize]`, docs/performance.md).
+GATHER_PLATFORMS = ("gpu",)
 
 
 def _gathers(x, size):
