@@ -18,6 +18,15 @@ sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# One OpenBLAS thread per process (read when NumPy loads, which is after this: pytest and
+# its plugins do not import it; subprocesses inherit it). The two workers share the two
+# cores, and in a process that has imported TensorFlow, NumPy's small matmuls on OpenBLAS's
+# default threads ran 20× slower beside other work than on one thread (150×128 by 128×150:
+# 8.2 against 0.05 ms, measured here): the KID subsets of an FCD evaluation took 3.2 s,
+# tests/test_gan.py's evaluation test 74 instead of 49 s. Every test passes the same with it
+# (a bit-for-bit comparison is between two runs under the same setting).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+assert "numpy" not in sys.modules, "NumPy loaded before conftest set OPENBLAS_NUM_THREADS"
 
 if os.environ["KERAS_BACKEND"] == "tensorflow":
     from kctx.testing import configure_logical_cpus

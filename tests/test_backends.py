@@ -12,7 +12,8 @@ check at a larger size, for another head or another file (SegNeXt-T's outputs af
 tiny model's, the original key layout after mmseg's, the whole-model training step at three
 sizes and in bfloat16, another context block in the head, the real T and S keys, the
 mismatch messages, the Keras weights round trip, the dotted ``.keras`` file that PyTorch is
-the reason for): about 210 s there, measured beside other work.
+the reason for, the ImageNet classifier's head after the ImageNet backbone's checkpoint):
+about 180 s there, measured beside other work.
 """
 
 import os
@@ -27,7 +28,7 @@ TESTS = ROOT / "tests"
 NOT_HERE = {
     "jax": "not any_size_training_step and not another_context_block and not segnext_t_equals "
            "and not real_variants_maps and not dotted_names and not tiny_original "
-           "and not does_not_fit and not round_trip",
+           "and not does_not_fit and not round_trip and not mscan_classifier_reads",
     "torch": "",
 }
 TENSORFLOW_ONLY = "not (real_variants_maps and (-l or -b)) and not original_layout_b_and_l"
