@@ -48,8 +48,8 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     # The JAX platforms where the taps were measured faster than XLA's convolution (on
     # a CPU, at SegNeXt's small test sizes, they were not; TPUs are unmeasured).
     TAP_PLATFORMS = ("gpu",)
-    # Whether kernels with no side of 1 take the taps too (how lease 3 ran SegNeXt: on an
-    # H200, SegNeXt-T float32 at batch 16 took 20.0 ms so and 13.4 ms without).
+    # Whether kernels with no side of 1 take the taps too, as lease 3 ran SegNeXt (on an H200,
+    # SegNeXt-T float32 at batch 16, with the gathered resize: 20.0 ms so, 13.4 ms without).
     SQUARE_TAPS = False
 
     def _uses_taps(self, inputs):
