@@ -154,6 +154,18 @@ def test_language_model_scores_as_it_steps_with_every_mixer():
             step_logits, states = language_model.step(text[:, t], states)
             stepped.append(keras.ops.convert_to_numpy(step_logits))
         np.testing.assert_allclose(np.stack(stepped, axis=1), logits, rtol=1e-4, atol=1e-4)
+        # With attention's cache allocated for 8 positions (one shape for every step), as
+        # one compiled program on JAX.
+        step = language_model.step
+        if BACKEND == "jax":
+            import jax
+
+            step = jax.jit(step)
+        states, stepped = language_model.initial_state(2, capacity=8), []
+        for t in range(6):
+            step_logits, states = step(text[:, t], states)
+            stepped.append(keras.ops.convert_to_numpy(step_logits))
+        np.testing.assert_allclose(np.stack(stepped, axis=1), logits, rtol=1e-4, atol=1e-4)
         language_model.compile("adam",
                                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                                jit_compile=JIT)
@@ -161,6 +173,26 @@ def test_language_model_scores_as_it_steps_with_every_mixer():
                            .history["loss"][0]), mixer
         generated = language_model.generate(text[:, :2], 3, seed=0)
         assert tuple(keras.ops.shape(generated)) == (2, 5)
+
+
+def test_generation_bench_compiles_one_step_for_every_length():
+    """``kctx.bench generation --compiled``: on JAX one ``jax.jit`` program per mixer over
+    attention's cache allocated for the longest length (its state the same at every
+    length); PyTorch refuses it, naming the backends that have it."""
+    from kctx.bench.generation import run_generation
+
+    arguments = dict(mixers=("attention", "causal_hamburger"), lengths=(6, 12), window=3,
+                     embed_dim=8, num_blocks=1, log=lambda *_: None)
+    if BACKEND != "jax":
+        with pytest.raises(ValueError, match="the TensorFlow or the JAX backend"):
+            run_generation(compiled=True, **arguments)
+        return
+    rows = {(r["mixer"], r["length"]): r for r in run_generation(compiled=True, **arguments)}
+    assert {r["compiled"] for r in rows.values()} == {"jax.jit"}
+    eager = {(r["mixer"], r["length"]): r for r in run_generation(**arguments)}
+    assert rows["attention", 6]["state_mb"] == rows["attention", 12]["state_mb"] > \
+        eager["attention", 12]["state_mb"]
+    assert rows["causal_hamburger", 12]["state_mb"] == eager["causal_hamburger", 12]["state_mb"]
 
 
 def test_fid_inception_equals_the_official_code():

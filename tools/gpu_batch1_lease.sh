@@ -9,7 +9,8 @@
 #   3. the square kernels as taps again at batch 1 with more repeats (lease 4's were noisy);
 #   4. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
 #      a scatter-add) and with jax.image.resize's matrices;
-#   5. the official model, eager and as a CUDA graph, on the same machine.
+#   5. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit);
+#   6. the official model, eager and as a CUDA graph, on the same machine.
 # Run from the repository's root on the device machine with .whl carried (see
 # results/gpu_h200/lease4/run.sh for the wheels); writes to $OUT (at most 8 files back).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -39,6 +40,12 @@ sys.exit(b.main(sys.argv[1:]))" --train-step --config segnext_ade20k --batch-siz
 }
 train gathered ""
 train matrix "import kctx.ops.resize as r; r.GATHER_PLATFORMS = ()"
+# Issue 41's generation benchmark on the GPU: tokens/s and state against the length, every
+# mixer, the Hamburger blocked (L = 64), each token's step one jax.jit program.
+start=$SECONDS
+KERAS_BACKEND=jax timeout 150 python3 -m kctx.bench generation --compiled --ham-block-size 64 \
+    --lengths 1024 2048 4096 8192 16384 --json "$OUT/b1/generation.json" >> "$OUT/b1/cells.log" 2>&1
+echo "generation: rc $? in $((SECONDS - start)) s"
 timeout $((590 - SECONDS)) python3 tools/segnext_official_latency.py --variant t \
     --device cuda --dtype float32 --batches 1 16 --repeats 100 --warmup 10 \
     --batch-repeats 6 --batch-warmup 2 --no-macs --cuda-graph --json "$OUT/b1/official.json"

@@ -12,9 +12,13 @@ runs the Hamburger in its blocked form (a dictionary per block of L positions; i
 adds the block's K dictionaries).
 
 Eager, Python's dispatch of each op dominates a token's time at these sizes; ``--compiled``
-(TensorFlow backend) runs the step as one ``tf.function`` traced with ``reduce_retracing``,
-so that the key-value cache's growing length is one symbolic dimension, not a new trace
-per token, and the table shows the mixers' own costs.
+runs each token's step as one compiled program. On TensorFlow it is one ``tf.function``
+traced with ``reduce_retracing``, so that the key-value cache's growing length is one
+symbolic dimension, not a new trace per token. On JAX it is ``jax.jit`` of the step and the
+greedy choice, with attention's key-value cache allocated once for the longest length
+(``initial_state(batch, capacity=...)``: one program for every position, as JAX decoders
+run): there attention's time per token and its state are those of the full cache at every
+length. The table then shows the mixers' own costs.
 """
 
 import time
@@ -38,26 +42,36 @@ def state_bytes(states):
     return total
 
 
-def _compiled_step(model):
-    """``model.step`` as one TensorFlow graph for every cache length."""
+def _compiled_decoding(model, batch, capacity):
+    """The compiled form of ``(tokens, states) -> (next tokens or logits, states)`` on this
+    backend and the states it starts from (see the module's docstring)."""
     import keras
 
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError("`compiled=True` needs the TensorFlow backend (a step traced with "
-                         "reduce_retracing): a jit-compiled step on JAX or PyTorch would "
-                         "compile again at every length of the key-value cache. Received: "
-                         f"backend={keras.backend.backend()!r}")
-    import tensorflow as tf
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
 
-    return tf.function(model.step, reduce_retracing=True)
+        return "tf.function", tf.function(model.step, reduce_retracing=True), \
+            model.initial_state(batch)
+    if backend == "jax":
+        import jax
+
+        def decode(tokens, states):
+            logits, states = model.step(tokens, states)
+            return keras.ops.cast(keras.ops.argmax(logits, axis=-1), "int32"), states
+
+        return "jax.jit", jax.jit(decode), model.initial_state(batch, capacity=capacity)
+    raise ValueError("`compiled=True` needs the TensorFlow or the JAX backend (a compiled "
+                     "step per token); PyTorch runs eagerly. Received: "
+                     f"backend={backend!r}")
 
 
 def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384), batch=1,
                    embed_dim=128, num_blocks=4, window=64, seed=0, compiled=False,
                    ham_block_size=None, log=print):
-    """Time token-by-token generation per mixer; ``compiled``: the step as one
-    ``tf.function`` (TensorFlow backend), else eager; ``ham_block_size``: the causal
-    Hamburger's ``block_size``. Returns the table's rows."""
+    """Time token-by-token generation per mixer; ``compiled``: each token's step as one
+    compiled program (``tf.function`` on TensorFlow, ``jax.jit`` on JAX), else eager;
+    ``ham_block_size``: the causal Hamburger's ``block_size``. Returns the table's rows."""
     import keras
 
     from kctx.models import CausalLanguageModel
@@ -74,22 +88,23 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
         model = CausalLanguageModel(vocabulary_size=256, embed_dim=embed_dim,
                                     num_blocks=num_blocks, mixer=mixer, mixer_options=options)
         model.build((batch, 1))
-        step = _compiled_step(model) if compiled else model.step
+        form, step, states = (_compiled_decoding(model, batch, lengths[-1]) if compiled
+                              else (False, model.step, model.initial_state(batch)))
         tokens = keras.ops.zeros((batch,), "int32")
-        states = model.initial_state(batch)
         log(f"generating {lengths[-1]} tokens with {mixer} ...")
         marks = {}
         for position in range(1, lengths[-1] + 1):
             if any(position == length - window + 1 for length in lengths):
                 start = time.perf_counter()
-            logits, states = step(tokens, states)
-            tokens = keras.ops.cast(keras.ops.argmax(logits, axis=-1), "int32")
+            outputs, states = step(tokens, states)
+            tokens = (outputs if form == "jax.jit"  # the greedy choice made in the program
+                      else keras.ops.cast(keras.ops.argmax(outputs, axis=-1), "int32"))
             if position in lengths:
                 keras.ops.convert_to_numpy(tokens)  # the last token computed
                 marks[position] = (time.perf_counter() - start) / window
                 rows.append({"mixer": mixer, "options": options, "length": position,
                              "batch": batch,
-                             "compiled": compiled,
+                             "compiled": form,
                              "params": model.count_params(),
                              "ms_per_token": 1e3 * marks[position],
                              "tokens_per_second": batch / marks[position],
@@ -109,7 +124,8 @@ def format_table(rows):
                      f"{r['ms_per_token']:>11.2f} {r['tokens_per_second']:>11.1f} "
                      f"{r['state_mb']:>9.3f}")
     lines.append("")
-    lines.append(("Compiled (one tf.function)" if compiled else "Eager")
+    lines.append((f"Compiled ({compiled}, one program for every token)" if compiled
+                  else "Eager")
                  + " token-by-token decoding (model.step), the time per token averaged over "
                  "the window ending at each length; state: the mixers' decoding state, float32.")
     return "\n".join(lines)
@@ -134,7 +150,9 @@ def add_arguments(parser):
     parser.add_argument("--window", type=positive_int, default=64,
                         help="tokens timed before each length")
     parser.add_argument("--compiled", action="store_true",
-                        help="run the step as one tf.function (TensorFlow backend)")
+                        help="each token's step as one compiled program: tf.function on "
+                             "TensorFlow, jax.jit on JAX (attention's cache allocated once "
+                             "for the longest length)")
     parser.add_argument("--ham-block-size", type=positive_int,
                         help="the causal Hamburger's block_size (its blocked form)")
     parser.add_argument("--json", type=output_path,

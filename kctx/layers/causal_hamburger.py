@@ -183,8 +183,9 @@ class CausalHamburger(keras.layers.Layer):
     def call(self, inputs):
         return self._output(inputs, self._ham(self.lower_bread(inputs), self.chunk_size))
 
-    def initial_state(self, batch_size):
-        """The recurrent form's state before the first position (zero prefix sums)."""
+    def initial_state(self, batch_size, capacity=None):
+        """The recurrent form's state before the first position (zero prefix sums;
+        ``capacity``: unused, the state has one size at every position)."""
         return initial_causal_state(batch_size, self._d, self.rank, self.steps,
                                     block_size=self.block_size)
 

@@ -81,7 +81,9 @@ class CausalSelfAttention(_HeadsMixer):
 
     softmax(Q Kᵀ / √d + M) V with M = −∞ above the diagonal (Vaswani et al., 2017), O(T²·C)
     in its parallel form. The recurrent form keeps a key-value cache that grows by one
-    position per step (its memory and each step's cost grow with t).
+    position per step (its memory and each step's cost grow with t), or one allocated for
+    ``capacity`` positions (``initial_state(batch, capacity)``) that every step writes into,
+    so that compiled steps keep one shape.
 
     Args:
         num_heads: H.
@@ -115,20 +117,41 @@ class CausalSelfAttention(_HeadsMixer):
         weights = ops.cast(_softmax(scores), v.dtype)
         return self._merge(ops.einsum("bhts,bhsd->bhtd", weights, v))
 
-    def initial_state(self, batch_size):
-        """An empty key-value cache: keys and values (batch, H, 0, d)."""
-        empty = ops.zeros((batch_size, self.num_heads, 0, self._head_dim), self.compute_dtype)
-        return (empty, empty)
+    def initial_state(self, batch_size, capacity=None):
+        """An empty key-value cache: keys and values (batch, H, 0, d) that each step makes
+        one position longer; with ``capacity``, keys and values (batch, H, capacity, d)
+        allocated once and the next position (a scalar), so that every step has the same
+        shapes (one compiled program: ``jax.jit``, XLA). Steps past ``capacity`` are not
+        checked under compilation."""
+        if capacity is None:
+            empty = ops.zeros((batch_size, self.num_heads, 0, self._head_dim),
+                              self.compute_dtype)
+            return (empty, empty)
+        check_positive_int("capacity", capacity)
+        cache = ops.zeros((batch_size, self.num_heads, capacity, self._head_dim),
+                          self.compute_dtype)
+        return (cache, cache, ops.zeros((), "int32"))
 
     def step(self, inputs, state):
         """The output at one position (batch, C) from the cache of the positions before;
-        returns ``(outputs, state)`` with the cache one position longer."""
+        returns ``(outputs, state)`` with the cache holding this position too."""
         q, k, v = self._heads(inputs)
-        keys = ops.concatenate([state[0], ops.expand_dims(k, 2)], axis=2)
-        values = ops.concatenate([state[1], ops.expand_dims(v, 2)], axis=2)
-        scores = ops.einsum("bhd,bhsd->bhs", q, keys) / math.sqrt(self._head_dim)
-        weights = ops.cast(_softmax(ops.cast(scores, "float32")), v.dtype)
-        return self._merge(ops.einsum("bhs,bhsd->bhd", weights, values)), (keys, values)
+        if len(state) == 3:  # a cache of fixed capacity and the position to write
+            position = state[2]
+            keys = ops.slice_update(state[0], (0, 0, position, 0), ops.expand_dims(k, 2))
+            values = ops.slice_update(state[1], (0, 0, position, 0), ops.expand_dims(v, 2))
+            state = (keys, values, position + 1)
+        else:
+            keys = ops.concatenate([state[0], ops.expand_dims(k, 2)], axis=2)
+            values = ops.concatenate([state[1], ops.expand_dims(v, 2)], axis=2)
+            state = (keys, values)
+        scores = ops.cast(ops.einsum("bhd,bhsd->bhs", q, keys) / math.sqrt(self._head_dim),
+                          "float32")
+        if len(state) == 3:  # the slots after this position are empty
+            written = ops.arange(ops.shape(keys)[2]) < state[2]
+            scores = ops.where(written, scores, ops.zeros_like(scores) - 1e9)
+        weights = ops.cast(_softmax(scores), v.dtype)
+        return self._merge(ops.einsum("bhs,bhsd->bhd", weights, values)), state
 
 
 @keras.saving.register_keras_serializable(package="kctx")
@@ -173,8 +196,9 @@ class CausalLinearAttention(_HeadsMixer):
         heads = causal_linear_attention(q, k, v, chunk_size=self.chunk_size)
         return self._merge(ops.cast(heads, self.compute_dtype))
 
-    def initial_state(self, batch_size):
-        """Zero sums S (batch, H, d, d) and z (batch, H, d)."""
+    def initial_state(self, batch_size, capacity=None):
+        """Zero sums S (batch, H, d, d) and z (batch, H, d) (``capacity``: unused, the sums
+        have one size at every position)."""
         d = self._head_dim
         return (ops.zeros((batch_size, self.num_heads, d, d)),
                 ops.zeros((batch_size, self.num_heads, d)))
@@ -236,9 +260,9 @@ class CausalConv1D(keras.layers.Layer):
     def call(self, inputs):
         return self.conv(inputs)
 
-    def initial_state(self, batch_size):
+    def initial_state(self, batch_size, capacity=None):
         """The k − 1 positions before the first: zeros (batch, k − 1, C), as the causal
-        padding."""
+        padding (``capacity``: unused, the window has one size at every position)."""
         return (ops.zeros((batch_size, self.kernel_size - 1, self._channels),
                           self.compute_dtype),)
 

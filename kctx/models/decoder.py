@@ -69,9 +69,10 @@ class DecoderBlock(keras.layers.Layer):
     def call(self, inputs):
         return self._mlp(inputs + self.mixer(self.mixer_norm(inputs)))
 
-    def initial_state(self, batch_size):
-        """The mixer's state before the first position."""
-        return self.mixer.initial_state(batch_size)
+    def initial_state(self, batch_size, capacity=None):
+        """The mixer's state before the first position (``capacity``: the positions an
+        attention cache of fixed size holds, for compiled steps)."""
+        return self.mixer.initial_state(batch_size, capacity)
 
     def step(self, inputs, state):
         """The block at one position (batch, C); returns ``(outputs, state)``."""
@@ -169,9 +170,11 @@ class CausalLanguageModel(keras.Model):
             x = block(x)
         return self.head(self.final_norm(x))
 
-    def initial_state(self, batch_size):
-        """Every block's mixer state before the first position."""
-        return [block.initial_state(batch_size) for block in self.blocks]
+    def initial_state(self, batch_size, capacity=None):
+        """Every block's mixer state before the first position; with ``capacity``, the
+        attention caches hold that many positions from the start, so that every step has
+        the same shapes (``jax.jit(model.step)`` compiles once)."""
+        return [block.initial_state(batch_size, capacity) for block in self.blocks]
 
     def step(self, tokens, states):
         """Next-token logits (batch, vocabulary) after ``tokens`` (batch,) and the states of
