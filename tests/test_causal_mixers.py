@@ -48,11 +48,13 @@ def test_mixer_is_causal_and_its_recurrent_form_is_its_parallel_form(name):
     z = ops.convert_to_numpy(layer(changed))
     np.testing.assert_allclose(z[:, :5], y[:, :5], rtol=1e-6, atol=1e-6)
     assert np.abs(z[:, 5:] - y[:, 5:]).max() > 1e-3
-    state, outputs = layer.initial_state(2), []
-    for t in range(9):
-        y_t, state = layer.step(x[:, t], state)
-        outputs.append(ops.convert_to_numpy(y_t))
-    np.testing.assert_allclose(np.stack(outputs, axis=1), y, rtol=1e-4, atol=1e-5)
+    # The growing state, and the one allocated for 11 positions (attention's fixed cache).
+    for capacity in (None, 11):
+        state, outputs = layer.initial_state(2, capacity), []
+        for t in range(9):
+            y_t, state = layer.step(x[:, t], state)
+            outputs.append(ops.convert_to_numpy(y_t))
+        np.testing.assert_allclose(np.stack(outputs, axis=1), y, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("layer_cls,kwargs", [
@@ -74,6 +76,8 @@ def test_attention_cache_grows_and_linear_state_does_not():
         _, cache = attention.step(x[:, t], cache)
         _, sums = linear.step(x[:, t], sums)
     assert tuple(cache[0].shape) == (1, 2, 4, 4)
+    with pytest.raises(ValueError, match="Received: capacity=0"):
+        attention.initial_state(1, capacity=0)
     assert [tuple(s.shape) for s in sums] == [(1, 2, 4, 4), (1, 2, 4)]
 
 
