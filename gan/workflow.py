@@ -26,7 +26,12 @@ def sample_grid(generator, config, path, seed=0, per_class=10):
     classes = min(config.num_classes, 10)
     z = tf.random.stateless_normal((per_class * classes, config.latent_dim), [seed, 17])
     labels = tf.tile(tf.range(classes, dtype=tf.int32), [per_class])
-    images = keras.ops.convert_to_numpy(generator([z.numpy(), labels.numpy()], training=False))
+    inputs = [z.numpy(), labels.numpy()]
+    if keras.backend.backend() == "tensorflow":  # eager: no slower than a traced call, once
+        images = generator(inputs, training=False)
+    else:  # one program: on JAX 2.5 CPU s for the digits G's first grid, eager ops 6.1
+        images = generator.predict_on_batch(inputs)
+    images = keras.ops.convert_to_numpy(images)
     images = ((images + 1.0) * 127.5).clip(0, 255).astype("uint8")
     size, channels = config.resolution, config.image_channels
     grid = images.reshape(per_class, classes, size, size, channels)
