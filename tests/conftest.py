@@ -21,8 +21,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # One OpenBLAS thread per process (read when NumPy loads, which is after this: pytest and
 # its plugins do not import it; subprocesses inherit it). The two workers share the two
 # cores, and in a process that has imported TensorFlow, NumPy's small matmuls on OpenBLAS's
-# default threads ran 20× slower beside other work than on one thread (150×128 by 128×150:
-# 8.2 against 0.05 ms, measured here): the KID subsets of an FCD evaluation took 3.2 s,
+# default threads ran over 100× slower beside other work than on one thread (150×128 by
+# 128×150: 8.0 against 0.07 ms, measured here): the KID subsets of an FCD evaluation took 3.2 s,
 # tests/test_gan.py's evaluation test 74 instead of 49 s. Every test passes the same with it
 # (a bit-for-bit comparison is between two runs under the same setting).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
