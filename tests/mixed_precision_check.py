@@ -1,8 +1,15 @@
-"""Run by tests/test_runner.py in a subprocess per Keras backend: the GAN and segmentation (on
-JAX and PyTorch, the GAN) train a few steps with ``--dtype-policy mixed_bfloat16``, and a
-segmenter's first SGD step under that policy follows the float32 one.
+"""Run by tests/test_runner.py in a subprocess per Keras backend: on TensorFlow, segmentation
+(Keras' fit step, whose evaluation rescores under the policy) trains a few steps with
+``--dtype-policy mixed_bfloat16``; on every backend, a segmenter's first SGD step under that
+policy follows the float32 one.
 
     KERAS_BACKEND=jax python tests/mixed_precision_check.py RUNS_DIR
+
+The GAN's mixed_bfloat16 runs (its own training step on each backend: TensorFlow's, the
+stateless one on JAX, autograd on PyTorch) are the killed and resumed runs of
+tests/test_runner.py; classification and sequence train through the same fit step and runner
+as segmentation, and every block through the layer battery's mixed_bfloat16 fit step on
+every backend (kctx.testing.run_layer_test).
 """
 
 import contextlib
@@ -15,32 +22,15 @@ import sys
 
 import keras
 import numpy as np
-from workflow_runs import TINY
+from workflow_runs import TINY, assert_saved_in_mixed_bfloat16
 
-from kctx.layers import Hamburger
 from kctx.training import evaluate_run, train_main
 from kctx.training.runner import dtype_policy
 
 runs = pathlib.Path(sys.argv[1])
-# The GAN without its FCD (scored on JAX and under the policy elsewhere): the run is the check.
-FLAGS = dict(TINY, gan=TINY["gan"][:-2] + ["--eval-samples", "0"])
-if keras.backend.backend() in ("jax", "torch"):
-    # On JAX and PyTorch, the workflow with a training step of its own (the GAN's
-    # two-optimizer step: stateless on JAX, autograd on PyTorch); classification,
-    # segmentation and sequence go through Keras' fit step and the same runner as on
-    # TensorFlow, their blocks through the layer battery's mixed_bfloat16 fit step on JAX
-    # (tests/backend_checks.py), and the segmenter's first update under the policy is
-    # compared with the float32 one below.
-    FLAGS = {"gan": FLAGS["gan"]}
-else:
-    # On TensorFlow, the GAN (its own step) and segmentation (Keras' fit step, whose
-    # evaluation rescores under the policy): classification and sequence train through the
-    # same fit step and runner, their blocks through the layer battery's mixed_bfloat16 fit
-    # step (every block, on every backend).
-    FLAGS = {name: FLAGS[name] for name in ("gan", "segmentation")}
-SCORES = {"gan": (), "classification": ("top1", "loss"), "segmentation": ("miou",),
-          "sequence": ("accuracy",)}
-MODEL_FILE = {"gan": "generator.keras"}
+FLAGS = {"segmentation": TINY["segmentation"]} if keras.backend.backend() == "tensorflow" \
+    else {}
+SCORES = {"segmentation": ("miou",)}
 
 for name, flags in FLAGS.items():
     workflow = importlib.import_module(f"{name}.workflow").WORKFLOW
@@ -55,15 +45,7 @@ for name, flags in FLAGS.items():
         assert math.isfinite(results[key]), (name, key, results[key])
     for row in (directory / "history.csv").read_text().splitlines()[1:]:
         assert "nan" not in row.lower(), (name, row)
-    # The saved model: layers compute in bfloat16 on float32 weights; the Hamburgers keep
-    # their decomposition in float32 (their own policy is the mixed one).
-    model = keras.saving.load_model(directory / MODEL_FILE.get(name, "model.keras"))
-    layers = model._flatten_layers(include_self=False)
-    policies = [layer.dtype_policy.name for layer in layers if layer.weights]
-    assert policies.count("mixed_bfloat16") >= 0.9 * len(policies), (name, policies)
-    assert {weight.dtype for weight in model.weights} == {"float32"}, name
-    assert all(layer.dtype_policy.name == "mixed_bfloat16" for layer in layers
-               if isinstance(layer, Hamburger)), name
+    assert_saved_in_mixed_bfloat16(keras.saving.load_model(directory / "model.keras"), name)
     # evaluate rebuilds nothing: the saved model scores as at the end of training.
     rescored = evaluate_run(workflow, directory, log=lambda *_: None)
     for key in SCORES[name]:

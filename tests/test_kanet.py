@@ -140,3 +140,5 @@ def test_madds_of_tables_2_to_4():
                  "MobileNetV2+KAO"):
         assert madds[name] == pytest.approx(rows[name]["paper"]["madds_m"], rel=0.01), name
     assert madds["KANet_QKV"] < madds["KANet_KV"] < madds["MobileNetV2"] < madds["AttnNet"]
+    with pytest.raises(ValueError, match=r"Received: models=\['resnet50'\]"):
+        run_kanet(models=["resnet50"])

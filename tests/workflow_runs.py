@@ -134,6 +134,20 @@ def load_weights(path):
     return [np.asarray(w) for w in keras.saving.load_model(path).weights]
 
 
+def assert_saved_in_mixed_bfloat16(model, label=""):
+    """A model saved by a ``--dtype-policy mixed_bfloat16`` run: its layers compute in
+    bfloat16 on float32 weights, and the Hamburgers keep their decomposition in float32
+    (their own policy is the mixed one)."""
+    from kctx.layers import Hamburger
+
+    layers = model._flatten_layers(include_self=False)
+    policies = [layer.dtype_policy.name for layer in layers if layer.weights]
+    assert policies.count("mixed_bfloat16") >= 0.9 * len(policies), (label, policies)
+    assert {weight.dtype for weight in model.weights} == {"float32"}, label
+    assert all(layer.dtype_policy.name == "mixed_bfloat16" for layer in layers
+               if isinstance(layer, Hamburger)), label
+
+
 def assert_same_update(initial, expected, actual, rtol=1e-3, variable_rtol=1e-2, label=""):
     """Two trainings from the same ``initial`` weights made the same update.
 

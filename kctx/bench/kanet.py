@@ -20,9 +20,18 @@ PAPER = {
 }
 
 
-def run_kanet(size=224, num_classes=1000, log=print):
+def run_kanet(size=224, num_classes=1000, models=None, log=print):
+    """A row per model of ``models`` (keys of ``KANET_FAMILY``; default all of them, in the
+    tables' order): its label, parameters and MAdds, and at 224² with 1,000 classes the
+    paper's numbers."""
+    unknown = sorted(set(models or ()) - set(KANET_FAMILY))
+    if unknown:
+        raise ValueError(f"models must be keys of KANET_FAMILY ({', '.join(KANET_FAMILY)}). "
+                         f"Received: models={list(models)}")
     rows = []
     for name, (label, _, _) in KANET_FAMILY.items():
+        if models is not None and name not in models:
+            continue
         keras.backend.clear_session()
         model = kanet_family_model(name, num_classes=num_classes, input_shape=(size, size, 3))
         macs = count_macs(lambda x: model(x, training=False), (1, size, size, 3))
@@ -50,12 +59,14 @@ def format_table(rows):
 
 
 def main(args):
-    rows = run_kanet(size=args.size, num_classes=args.num_classes)
+    rows = run_kanet(size=args.size, num_classes=args.num_classes, models=args.models)
     return report(rows, format_table(rows), args.json)
 
 
 def add_arguments(parser):
     parser.add_argument("--size", type=positive_int, default=224)
     parser.add_argument("--num-classes", type=positive_int, default=1000)
+    parser.add_argument("--models", nargs="+", choices=list(KANET_FAMILY),
+                        help="count these models only (default: all seven)")
     parser.add_argument("--json", type=output_path,
                         help="write the rows as a JSON list to this path")

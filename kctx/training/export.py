@@ -26,6 +26,7 @@ from kctx.export import (
     ExportError,
     artifact_size,
     export_model,
+    float32_model,
     float_layer_names,
     load_artifact,
 )
@@ -110,7 +111,10 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
         The report written to ``<artifact>.json``: path, format, quantize, size in
         bytes, ``max_abs_difference`` and ``max_relative_difference`` (over the
         largest |Keras output|) on ``examples`` inputs, export seconds, and
-        ``scores`` / ``keras_scores`` when evaluated.
+        ``scores`` / ``keras_scores`` when evaluated. A run under a mixed dtype policy
+        exports its float32 evaluation (:func:`kctx.export.float32_model`): the report
+        adds ``float32_max_relative_difference``, the artifact against that evaluation
+        (``max_relative_difference`` is against the run's own, in bfloat16 or float16).
     """
     overrides = dict(workflow.export_evaluation or {})
     run, model, source = load_run(workflow, model_dir, checkpoint, data_dir, manual_dir,
@@ -137,6 +141,16 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
                   quantize=quantize, bytes=artifact_size(path), export_seconds=round(seconds, 2),
                   examples=examples, max_abs_difference=difference,
                   max_relative_difference=difference / scale)
+    float32 = float32_model(model)
+    if float32 is not model:
+        expected = float32.predict(compared, verbose=0)
+        report["float32_max_relative_difference"] = float(
+            np.abs(got - expected).max() / (np.abs(expected).max() or 1.0))
+        policies = sorted({layer.dtype_policy.name for layer in model._flatten_layers()}
+                          - {"float32"})
+        log(f"the artifact computes in float32: {report['float32_max_relative_difference']:.3g} "
+            f"of the largest output from the float32 evaluation of the run's "
+            f"{' / '.join(policies)} model")
     if quantize == "int8":
         report["float_layers"] = float_layer_names(model)
         if report["float_layers"]:
