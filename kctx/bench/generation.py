@@ -17,8 +17,9 @@ traced with ``reduce_retracing``, so that the key-value cache's growing length i
 symbolic dimension, not a new trace per token. On JAX it is ``jax.jit`` of the step and the
 greedy choice, with attention's key-value cache allocated once for the longest length
 (``initial_state(batch, capacity=...)``: one program for every position, as JAX decoders
-run) and the states donated to it (updated in place): there attention's time per token and its state are those of the full cache at every
-length. The table then shows the mixers' own costs.
+run) and the states donated to it (updated in place): there attention's time per token and
+its state are those of the full cache at every length. The table then shows the mixers' own
+costs.
 """
 
 import time
@@ -62,8 +63,8 @@ def _compiled_decoding(model, batch, capacity):
 
         # The states donated: XLA writes each position into the cache in place, as JAX
         # decoders do (without donation every token copies the whole cache: a 64 MB one
-        # took 95 ms a step here instead of 0.007).
-        # (Each state tensor its own buffer: initial states may share one zeros array.)
+        # took 95 ms a step here instead of 0.007), each state tensor its own buffer (the
+        # initial states may share one zeros array, which cannot be donated twice).
         states = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True),
                                         model.initial_state(batch, capacity=capacity))
         return "jax.jit", jax.jit(decode, donate_argnums=1), states
