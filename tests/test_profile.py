@@ -175,10 +175,10 @@ def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path, capsys):
 
 
 def test_runtime_latency_runs_every_runtime_in_a_fresh_process():
-    """Each runtime of `kctx.bench runtimes` on a small ham; the JAX row in a process of its
-    own on the JAX backend and the ONNX Runtime row in a fresh TensorFlow one, as the bench
-    runs every row (the same worker for each; the others here, in this process, each
-    process importing TensorFlow and Keras again); the table marks a runtime that failed."""
+    """Each runtime of `kctx.bench runtimes` on a small ham; the table marks a runtime that
+    failed. The bench runs every row in a fresh process (the same worker code for each):
+    here the JAX row (on the JAX backend) and the ONNX Runtime row do, the other rows run
+    in this process (a fresh one imports TensorFlow and Keras again)."""
     from kctx.bench.runtimes import format_table
     from kctx.profile import RUNTIMES, runtime_latency
 

@@ -128,9 +128,13 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
     # Keras' outputs first: a loaded subclassed model (the language workflow's) has then
     # been called, which Keras' export requires.
     expected = model.predict(compared, verbose=0)
+    # What is exported: the model itself, or under a mixed policy its float32 copy (made
+    # once here; export_model takes a float32 model as it is).
+    float32 = float32_model(model)
+    float32_expected = None if float32 is model else float32.predict(compared, verbose=0)
     log(f"exporting {source} as {format}" + (f" ({quantize})" if quantize != "none" else ""))
     start = time.perf_counter()
-    export_model(model, path, format=format, quantize=quantize,
+    export_model(float32, path, format=format, quantize=quantize,
                  representative_data=calibration or None)
     seconds = time.perf_counter() - start
     artifact = load_artifact(path, format)  # takes model.predict's inputs
@@ -141,16 +145,6 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
                   quantize=quantize, bytes=artifact_size(path), export_seconds=round(seconds, 2),
                   examples=examples, max_abs_difference=difference,
                   max_relative_difference=difference / scale)
-    float32 = float32_model(model)
-    if float32 is not model:
-        expected = float32.predict(compared, verbose=0)
-        report["float32_max_relative_difference"] = float(
-            np.abs(got - expected).max() / (np.abs(expected).max() or 1.0))
-        policies = sorted({layer.dtype_policy.name for layer in model._flatten_layers()}
-                          - {"float32"})
-        log(f"the artifact computes in float32: {report['float32_max_relative_difference']:.3g} "
-            f"of the largest output from the float32 evaluation of the run's "
-            f"{' / '.join(policies)} model")
     if quantize == "int8":
         report["float_layers"] = float_layer_names(model)
         if report["float_layers"]:
@@ -159,6 +153,14 @@ def export_run(workflow, model_dir, format, quantize="none", output=None, exampl
     log(f"wrote {path} ({report['bytes'] / 1e6:.2f} MB); max |artifact - Keras| on {examples} "
         f"inputs of the {workflow.name} data: {difference:.3g} ({difference / scale:.3g} of the "
         f"largest output)")
+    if float32_expected is not None:
+        report["float32_max_relative_difference"] = float(
+            np.abs(got - float32_expected).max() / (np.abs(float32_expected).max() or 1.0))
+        policies = sorted({layer.dtype_policy.name for layer in model._flatten_layers()}
+                          - {"float32"})
+        log(f"the artifact computes in float32: {report['float32_max_relative_difference']:.3g} "
+            f"of the largest output from the float32 evaluation of the run's "
+            f"{' / '.join(policies)} model")
     if evaluate and workflow.export_evaluation is not None:
         report["keras_scores"] = workflow.scores(workflow.evaluate(run, model))
         report["scores"] = workflow.scores(workflow.evaluate(run, ArtifactModel(artifact, model)))
