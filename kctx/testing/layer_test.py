@@ -2,8 +2,8 @@
 
 :func:`run_layer_test` exercises a layer class the way users will: config
 and JSON round trips, symbolic and eager calls (with ``None`` spatial dims),
-one ``fit`` step that changes the weights, ``.keras`` save/load with equal
-outputs, ``jit_compile=True`` (XLA), ``mixed_bfloat16`` and one ``fit`` step on
+one ``fit`` step that changes the weights (compiled with XLA, ``jit_compile=True``),
+``.keras`` save/load with equal outputs, ``mixed_bfloat16`` and one ``fit`` step on
 2 replicas: under a ``tf.distribute.MirroredStrategy`` on TensorFlow, under
 ``keras.distribution.DataParallel`` on JAX (on CPU, 2 virtual devices:
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2``).
@@ -157,9 +157,10 @@ def run_layer_test(
         variable_spatial_dims: also build with ``None`` height and width.
         run_training: the one-step ``fit`` check.
         run_saving: the ``.keras`` save / load check.
-        run_xla: the ``jit_compile=True`` check (on JAX, the fit step of
-            ``run_training`` is compiled with XLA already, as Keras trains there; on
-            PyTorch there is no XLA).
+        run_xla: on TensorFlow, the fit step and predict compiled with XLA
+            (``jit_compile=True``) and predict compared with the eager call; otherwise
+            a ``tf.function`` graph (on JAX the fit step is compiled with XLA always, as
+            Keras trains there; on PyTorch there is no XLA).
         run_mixed_precision: the ``mixed_bfloat16`` check.
         run_distributed: the 2-replica step check (TensorFlow and JAX: Keras has no
             distribution API on PyTorch).
@@ -197,12 +198,32 @@ def run_layer_test(
         assert tuple(eager.shape) == expected_output_shape, eager.shape
         assert np.all(np.isfinite(_as_numpy(eager))), f"non-finite output (training={training})"
 
-    # 4. One fit step.
+    # 4. One fit step, and the reference outputs. On TensorFlow the step and predict are
+    # compiled with XLA (jit_compile=True, Keras's default on GPUs): XLA compiles the
+    # tf.function graph that Keras's default on CPUs runs, so the graph is traced and
+    # checked too, and the XLA outputs are compared with the same model's eager call. On
+    # JAX the step is compiled with XLA already (as Keras trains there); PyTorch has no XLA.
+    backend = keras.backend.backend()
+    xla = run_xla and backend == "tensorflow"
     model = _model(layer_cls, init_kwargs, input_shape)
     if run_training:
-        _fit_one_step(model, input_data, target)
+        _fit_one_step(model, input_data, target, jit_compile=True if xla else None)
+    elif xla:
+        model.compile(loss="mse", jit_compile=True)
     reference = _as_numpy(model.predict(input_data, batch_size=input_shape[0], verbose=0))
     assert np.all(np.isfinite(reference))
+    # Inference the way the save / load check below reads it: an eager call on TensorFlow
+    # (no trace), predict on JAX (an eager JAX call compiles each op apart) and PyTorch.
+    eager_inference = backend == "tensorflow"
+
+    def infer(m):
+        if eager_inference:
+            return _as_numpy(m(input_data, training=False))
+        return _as_numpy(m.predict(input_data, batch_size=input_shape[0], verbose=0))
+
+    inferred = infer(model) if eager_inference else reference
+    if xla and deterministic:
+        np.testing.assert_allclose(reference, inferred, atol=max(atol, 1e-4), rtol=1e-3)
 
     # 5. .keras save / load with equal outputs.
     if run_saving:
@@ -210,24 +231,13 @@ def run_layer_test(
             path = os.path.join(tmp, "model.keras")
             model.save(path)
             loaded = keras.saving.load_model(path)
-        restored = _as_numpy(loaded.predict(input_data, batch_size=input_shape[0], verbose=0))
+        restored = infer(loaded)
         if deterministic:
-            np.testing.assert_allclose(restored, reference, atol=atol, rtol=rtol)
+            np.testing.assert_allclose(restored, inferred, atol=atol, rtol=rtol)
         for a, b in zip(model.weights, loaded.weights):
             np.testing.assert_array_equal(_as_numpy(a), _as_numpy(b))
 
-    # 6. XLA: same weights, jit_compile=True, fit step and predict (on JAX, step 4 was it).
-    if run_xla and keras.backend.backend() == "tensorflow":
-        xla_model = _model(layer_cls, init_kwargs, input_shape)
-        xla_model.set_weights(model.get_weights())
-        xla_model.compile(loss="mse", jit_compile=True)
-        compiled = _as_numpy(xla_model.predict(input_data, batch_size=input_shape[0], verbose=0))
-        if deterministic:
-            np.testing.assert_allclose(compiled, reference, atol=max(atol, 1e-4), rtol=1e-3)
-        if run_training:
-            _fit_one_step(xla_model, input_data, target, jit_compile=True)
-
-    # 7. Mixed precision: compute in bfloat16, variables in float32.
+    # 6. Mixed precision: compute in bfloat16, variables in float32.
     if run_mixed_precision:
         mixed = _model(layer_cls, init_kwargs, input_shape, dtype="mixed_bfloat16")
         out = mixed(input_data, training=False)
@@ -240,7 +250,7 @@ def run_layer_test(
         if run_training:
             _fit_one_step(mixed, input_data, target)
 
-    # 8. A 2-replica fit step: MirroredStrategy (TensorFlow), DataParallel (JAX); Keras has
+    # 7. A 2-replica fit step: MirroredStrategy (TensorFlow), DataParallel (JAX); Keras has
     # no distribution on PyTorch.
     if run_distributed and keras.backend.backend() in ("tensorflow", "jax"):
         if keras.backend.backend() == "tensorflow":
@@ -260,8 +270,11 @@ def run_layer_test(
         with scope:
             distributed = _model(layer_cls, init_kwargs, input_shape)
             if run_training:
+                # (Its forward on each replica's shard; predict under the strategy is
+                # Keras's, the same for every layer.)
                 _fit_one_step(distributed, input_data, target)
-            out = _as_numpy(distributed.predict(input_data, batch_size=input_shape[0],
-                                                verbose=0))
-        assert np.all(np.isfinite(out))
+            else:
+                out = _as_numpy(distributed.predict(input_data, batch_size=input_shape[0],
+                                                    verbose=0))
+                assert np.all(np.isfinite(out))
     return model
