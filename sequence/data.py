@@ -23,6 +23,9 @@ ALPHABET = ("a", "b", "c", "d", "X", "Y")
 ADDING_TOLERANCE = 0.04
 TEMPORAL_ORDER_CLASSES = 4
 _HELD_OUT_SEED_OFFSET = 1_000_003
+# The held-out examples are drawn this many at a time, whatever the evaluation's batch size:
+# the set is a function of (task, length, count, seed) only.
+HELD_OUT_BLOCK = 100
 
 
 def _check(task, length):
@@ -76,7 +79,7 @@ def training_stream(task, length, batch_size, seed=0, start_step=0):
         batch_at, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(2)
 
 
-def held_out(task, length, num_examples=5000, batch_size=100, seed=0):
+def held_out(task, length, num_examples=5000, batch_size=HELD_OUT_BLOCK, seed=0):
     """A fixed held-out set of ``num_examples`` (the paper's 5,000), in batches, drawn with a
     seed no training stream of a nearby seed uses."""
     import tensorflow as tf

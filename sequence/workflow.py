@@ -16,6 +16,7 @@ from kctx.training import Schedule, Workflow
 from sequence.configs import CONFIGS
 from sequence.data import (
     ADDING_TOLERANCE,
+    HELD_OUT_BLOCK,
     LRA_TASKS,
     TEMPORAL_ORDER_CLASSES,
     held_out,
@@ -83,9 +84,10 @@ def _held_out_examples(run):
         if count < 0:
             count = int(examples.reduce(0, lambda total, _: total + 1))
         return examples, count
-    batch = config.eval_batch_size
-    count = -(-config.eval_examples // batch) * batch
-    examples = held_out(config.task, config.length, count, batch, seed=run.seed).unbatch()
+    # Drawn in blocks of HELD_OUT_BLOCK, not of eval_batch_size: an evaluation field must
+    # not change which examples are held out (a batch of 7 drew another set before).
+    count = -(-config.eval_examples // HELD_OUT_BLOCK) * HELD_OUT_BLOCK
+    examples = held_out(config.task, config.length, count, seed=run.seed).unbatch()
     return examples.take(config.eval_examples), config.eval_examples
 
 

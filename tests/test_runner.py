@@ -325,19 +325,21 @@ def test_deterministic_runs_get_the_caching_allocator_unless_told_otherwise():
 
 
 def test_run_folder_holds_one_run(tmp_path):
-    from gan.train import train
+    """The runner's run-folder rules (the same for every workflow), on the smallest run."""
+    from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(steps=2, batch_size=4, checkpoint_every=1, eval_samples=0)
-    train(model_dir=tmp_path / "run", **tiny, **quiet)
+    tiny = dict(length=16, steps=2, batch_size=4, eval_every=1, eval_examples=100,
+                embed_dim=4, hidden_units=4, target_accuracy=0)
+    first = train(model_dir=tmp_path / "run", **tiny, **quiet)
     with pytest.raises(RunDirectoryError, match=r"batch_size \(4 → 8\)"):
         train(model_dir=tmp_path / "run", **dict(tiny, batch_size=8), **quiet)
     with pytest.raises(RunDirectoryError, match=r"seed \(0 → 1\)"):
         train(model_dir=tmp_path / "run", seed=1, **tiny, **quiet)
-    with pytest.raises(RunDirectoryError, match="holds a gan run, not a sequence run"):
-        from sequence.train import train as sequence_train
+    with pytest.raises(RunDirectoryError, match="holds a sequence run, not a gan run"):
+        from gan.train import train as gan_train
 
-        sequence_train(model_dir=tmp_path / "run", **quiet)
+        gan_train(model_dir=tmp_path / "run", **quiet)
     (tmp_path / "file").write_text("")
     with pytest.raises(RunDirectoryError, match="is a file"):
         train(model_dir=tmp_path / "file", **tiny, **quiet)
@@ -350,20 +352,26 @@ def test_run_folder_holds_one_run(tmp_path):
         with pytest.raises(RunDirectoryError, match=r"read-only cannot be written \(Permission"):
             train(model_dir=tmp_path / "read-only", **tiny, **quiet)
         assert not any((tmp_path / "read-only").iterdir())
-    # A rerun with other evaluation settings re-scores the same run; a run.json written before
-    # a config field existed (here dtype_policy) resumes with the field's default.
+    # A rerun with other evaluation settings re-scores the same run (the same held-out
+    # examples in batches of 7: the same accuracy); a run.json written before a config field
+    # existed (here dtype_policy) resumes with the field's default.
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     del record["config"]["dtype_policy"]
     (tmp_path / "run" / "run.json").write_text(json.dumps(record))
-    again = train(model_dir=tmp_path / "run", **dict(tiny, eval_samples=150), **quiet)
-    assert again["steps"] == 2 and again["metric"] == "fcd"
+    again = train(model_dir=tmp_path / "run", **dict(tiny, eval_batch_size=7), **quiet)
+    assert again["steps"] == 2 and again["accuracy"] == pytest.approx(first["accuracy"])
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"][
+        "eval_batch_size"] == 7
 
 
 def test_truncated_newest_checkpoint_falls_back_to_the_one_before(tmp_path):
-    from gan.train import train
+    """The runner's fallback (the same for every workflow on TensorFlow's step checkpoints:
+    the GAN's two optimizers' resume is the kill tests'), on the smallest run."""
+    from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(steps=3, batch_size=4, checkpoint_every=1, eval_samples=0)
+    tiny = dict(length=16, steps=3, batch_size=4, eval_every=1, eval_examples=100,
+                embed_dim=4, hidden_units=4, target_accuracy=0)
     train(model_dir=tmp_path, stop_after_step=2, **tiny, **quiet)
     newest = sorted((tmp_path / "checkpoints").glob("ckpt-2.data-*"))[0]
     newest.write_bytes(newest.read_bytes()[:100])
