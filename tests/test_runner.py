@@ -324,13 +324,17 @@ def test_deterministic_runs_get_the_caching_allocator_unless_told_otherwise():
     assert _environment()[key] == os.environ.get(key, "true")
 
 
+# The smallest run of a workflow, for the runner's own rules (the same for every workflow).
+SEQUENCE_RUN = dict(length=16, batch_size=4, eval_examples=100, embed_dim=4, hidden_units=4,
+                    target_accuracy=0)
+
+
 def test_run_folder_holds_one_run(tmp_path):
     """The runner's run-folder rules (the same for every workflow), on the smallest run."""
     from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(length=16, steps=2, batch_size=4, eval_every=1, eval_examples=100,
-                embed_dim=4, hidden_units=4, target_accuracy=0)
+    tiny = dict(SEQUENCE_RUN, steps=2, eval_every=1)
     first = train(model_dir=tmp_path / "run", **tiny, **quiet)
     with pytest.raises(RunDirectoryError, match=r"batch_size \(4 → 8\)"):
         train(model_dir=tmp_path / "run", **dict(tiny, batch_size=8), **quiet)
@@ -370,8 +374,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_one_before(tmp_path):
     from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(length=16, steps=3, batch_size=4, eval_every=1, eval_examples=100,
-                embed_dim=4, hidden_units=4, target_accuracy=0)
+    tiny = dict(SEQUENCE_RUN, steps=3, eval_every=1)
     train(model_dir=tmp_path, stop_after_step=2, **tiny, **quiet)
     newest = sorted((tmp_path / "checkpoints").glob("ckpt-2.data-*"))[0]
     newest.write_bytes(newest.read_bytes()[:100])
@@ -392,8 +395,7 @@ def test_stop_after_step_then_resume(tmp_path):
     from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(length=16, steps=4, batch_size=4, eval_every=2, eval_examples=100,
-                embed_dim=4, hidden_units=4, target_accuracy=0)
+    tiny = dict(SEQUENCE_RUN, steps=4, eval_every=2)
     stopped = train(model_dir=tmp_path, stop_after_step=2, **tiny, **quiet)
     assert stopped["stopped_at"] == 2 and not (tmp_path / "results.json").exists()
     done = train(model_dir=tmp_path, **tiny, **quiet)
@@ -404,8 +406,7 @@ def test_steps_need_not_be_a_multiple_of_the_checkpoint_interval(tmp_path):
     from sequence.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(length=16, steps=5, batch_size=4, eval_every=2, eval_examples=100,
-                embed_dim=4, hidden_units=4, target_accuracy=0)
+    tiny = dict(SEQUENCE_RUN, steps=5, eval_every=2)
     straight = train(model_dir=tmp_path / "straight", **tiny, **quiet)
     assert [row["step"] for row in straight["history"]] == [2, 4, 5]
     assert ["val_accuracy" in row for row in straight["history"]] == [True, True, False]
