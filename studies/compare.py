@@ -20,8 +20,7 @@ import json
 import pathlib
 
 from studies import stats
-
-DEFAULT_OUTPUT_DIR = "studies/results"  # as studies.report's (not imported: it loads TensorFlow)
+from studies.study import RESULTS_DIR as DEFAULT_OUTPUT_DIR
 
 
 def seed_values(report, arm, metric):

@@ -16,7 +16,7 @@ import pathlib
 
 from kctx.arguments import output_path
 from studies import stats
-from studies.report import DEFAULT_OUTPUT_DIR
+from studies.study import RESULTS_DIR as DEFAULT_OUTPUT_DIR
 
 POWERS = (0.8, 0.9)
 

@@ -31,9 +31,10 @@ from kctx.training.records import write_json, write_text
 from studies import stats
 from studies.definitions import STUDIES, get_study
 from studies.run import DEFAULT_RUNS_DIR, cells
-from studies.study import CELL_FILE, PRETRAINING_FILE, config_flags, config_hash
+from studies.study import (CELL_FILE, PRETRAINING_FILE, RESULTS_DIR, config_flags, config_hash,
+                           reported)
 
-DEFAULT_OUTPUT_DIR = "studies/results"
+DEFAULT_OUTPUT_DIR = RESULTS_DIR
 CONFIDENCE = 0.95
 
 
@@ -71,32 +72,23 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
                 "command": cell["commands"]["train"],
             })
     found = {(run["arm"], run["seed"]) for run in runs}
-    names = {arm.name: arm for arm in study.arms}
     dropped = []
     for run in previous:
         if (run["arm"], run["seed"]) in found:
             continue
-        arm = names.get(run["arm"])
-        if arm is None or run["command"] != [
-                "python", *study.train_command(arm, run["seed"], run["run_dir"])]:
+        if not study.still_defines(run):
             dropped.append(run)
             continue
         runs.append(run)
         found.add((run["arm"], run["seed"]))
-    order = {name: position for position, name in enumerate(names)}
+    order = {arm.name: position for position, arm in enumerate(study.arms)}
     runs.sort(key=lambda run: (order[run["arm"]], run["seed"]))
     return runs, dropped
 
 
-def output_dir_report(study, output_dir=DEFAULT_OUTPUT_DIR):
-    """The report already in ``output_dir`` (``None`` when there is none)."""
-    path = pathlib.Path(output_dir) / f"{study.name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def previous_runs(study, output_dir=DEFAULT_OUTPUT_DIR):
     """The ``runs`` of the report already in ``output_dir`` (``[]`` when there is none)."""
-    return (output_dir_report(study, output_dir) or {}).get("runs", [])
+    return (reported(study, output_dir) or {}).get("runs", [])
 
 
 def summarize(study, runs, confidence=CONFIDENCE):
@@ -399,7 +391,7 @@ def report(study, runs_dir=DEFAULT_RUNS_DIR, output_dir=DEFAULT_OUTPUT_DIR, png=
     report already there fill the cells that have no finished folder in ``runs_dir``."""
     previous = previous_runs(study, output_dir) if keep_previous else []
     runs, dropped = collect(study, runs_dir, previous)
-    earlier = output_dir_report(study, output_dir) if keep_previous else None
+    earlier = reported(study, output_dir) if keep_previous else None
     pretraining = pretraining_records(study, runs_dir, earlier)
     if not runs:
         raise FileNotFoundError(f"no finished cell of {study.name!r} in "

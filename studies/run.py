@@ -6,6 +6,11 @@ determinism: bit-identical on a machine with the same package versions),
 in its own run folder ``RUNS_DIR/NAME/ARM/seedK``, followed by the study's
 evaluations. Finished cells are skipped and an interrupted one resumes from
 its newest checkpoint, so an interrupted study continues where it stopped.
+So are the cells the study's written report holds (``studies/results/NAME.json``,
+committed by ``studies.report`` as cells finish on any machine) as long as the
+study still defines them as they ran: a study longer than one machine's time
+is run in parts, its report committed after each (``--ignore-report`` runs
+them again).
 ``--jobs 2`` runs two single-threaded cells side by side (one per core).
 Cells run seed by seed (every arm at seed 0, then seed 1, ...), so a partial
 study already holds complete pairs.
@@ -30,7 +35,7 @@ import time
 from kctx.arguments import positive_int
 from kctx.training import deterministic_variables, write_json
 from studies.definitions import STUDIES, get_study
-from studies.study import CELL_FILE, PRETRAINING_FILE, parse_seeds
+from studies.study import CELL_FILE, PRETRAINING_FILE, RESULTS_DIR, parse_seeds, reported_cells
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 
@@ -189,15 +194,24 @@ def run_cell(study, arm, seed, runs_dir, python=None):
     return record
 
 
-def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, log=print):
-    """Run the missing cells of ``study`` (``jobs`` at a time); returns the failures
+def run_study(study, runs_dir=DEFAULT_RUNS_DIR, arms=None, seeds=None, jobs=1, log=print,
+              results_dir=RESULTS_DIR):
+    """Run the missing cells of ``study`` (``jobs`` at a time): those with no finished
+    folder in ``runs_dir`` that the report in ``results_dir`` does not hold either
+    (``results_dir=None``: every cell without a finished folder). Returns the failures
     as ``[(arm, seed, error)]``."""
     chosen = cells(study, arms, seeds)
-    todo = [(arm, seed) for arm, seed in chosen
-            if cell_state(study, runs_dir, arm, seed) != "finished"]
+    elsewhere = reported_cells(study, results_dir) if results_dir is not None else set()
+    finished = [(arm, seed) for arm, seed in chosen
+                if cell_state(study, runs_dir, arm, seed) == "finished"]
+    todo = [(arm, seed) for arm, seed in chosen if (arm, seed) not in finished
+            and (arm.name, seed) not in elsewhere]
     total = len(chosen)
-    log(f"{study.name}: {total - len(todo)} of {total} cells finished, {len(todo)} to run "
-        f"({jobs} at a time) in {pathlib.Path(runs_dir) / study.name}", flush=True)
+    log(f"{study.name}: {total - len(todo)} of {total} cells finished"
+        + (f" ({total - len(todo) - len(finished)} in {pathlib.Path(results_dir) / study.name}"
+           ".json)" if total - len(todo) > len(finished) else "")
+        + f", {len(todo)} to run ({jobs} at a time) in {pathlib.Path(runs_dir) / study.name}",
+        flush=True)
     failures, lock, done = [], threading.Lock(), [0]
     # The pretraining runs the cells to run start from, first (each uses the cores the
     # cells would; a failed one fails the cells that need it).
@@ -249,6 +263,8 @@ def parser():
                         help="cells run side by side, each single-threaded (default 1)")
     result.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
                         help=f"where the run folders go (default {DEFAULT_RUNS_DIR})")
+    result.add_argument("--ignore-report", action="store_true",
+                        help=f"run the cells of the report in {RESULTS_DIR}/NAME.json too")
     result.add_argument("--list", action="store_true",
                         help="print each cell's state and command, run nothing")
     return result
@@ -263,13 +279,19 @@ def main(argv=None):
         chosen = cells(study, args.arm, seeds)
     except ValueError as error:
         parser().error(str(error))
+    results_dir = None if args.ignore_report else RESULTS_DIR
     if args.list:
+        elsewhere = reported_cells(study, results_dir) if results_dir else set()
         for arm, seed in chosen:
             directory = study.cell_dir(args.runs_dir, arm, seed)
-            print(f"{cell_state(study, args.runs_dir, arm, seed):8s} {arm.name} seed {seed}: "
+            state = cell_state(study, args.runs_dir, arm, seed)
+            if state != "finished" and (arm.name, seed) in elsewhere:
+                state = "reported"
+            print(f"{state:8s} {arm.name} seed {seed}: "
                   f"python {' '.join(study.train_command(arm, seed, directory))}")
         return 0
-    failures = run_study(study, args.runs_dir, args.arm, seeds, args.jobs)
+    failures = run_study(study, args.runs_dir, args.arm, seeds, args.jobs,
+                         results_dir=results_dir)
     if failures:
         print(f"{len(failures)} cell(s) failed; rerun the same command to retry them.",
               file=sys.stderr)

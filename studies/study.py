@@ -25,6 +25,7 @@ import pathlib
 CELL_FILE = "study-cell.json"
 PRETRAINING_FILE = "study-pretraining.json"
 PRETRAINING_DIR = "pretraining"  # RUNS_DIR/<study>/pretraining/<name>: no arm is named so
+RESULTS_DIR = "studies/results"  # where ``studies.report`` writes NAME.{json,md,png}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +241,14 @@ class Study:
                 *config_flags(overrides), "--seed", str(seed), "--deterministic",
                 "--verbose", "0", "--model-dir", str(model_dir)]
 
+    def still_defines(self, run):
+        """Whether ``run`` (an entry of a written report's ``runs``) is still one of this
+        study's cells: its arm is here and the study gives that cell the command the run
+        was trained with (a changed arm, config or step count makes it a different cell)."""
+        arm = next((a for a in self.arms if a.name == run["arm"]), None)
+        return arm is not None and run["command"] == [
+            "python", *self.train_command(arm, run["seed"], run["run_dir"])]
+
     def evaluations_of(self, arm):
         """The :class:`Evaluation` s of ``arm``'s runs."""
         return [evaluation for evaluation in self.evaluations if evaluation.applies_to(arm)]
@@ -266,6 +275,21 @@ def config_flags(overrides):
         else:
             flags += [flag, str(value)]
     return flags
+
+
+def reported(study, results_dir=RESULTS_DIR):
+    """The report of ``study`` already written in ``results_dir`` (``studies.report``'s
+    ``NAME.json``, committed with the study's finished cells), or ``None``."""
+    path = pathlib.Path(results_dir) / f"{study.name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def reported_cells(study, results_dir=RESULTS_DIR):
+    """``{(arm, seed)}`` of the runs in ``study``'s written report that the study still
+    defines as they ran: cells finished elsewhere (another machine or session), which
+    ``studies.run`` does not run again and ``studies.report`` keeps."""
+    return {(run["arm"], run["seed"]) for run in (reported(study, results_dir) or {}).get(
+        "runs", []) if study.still_defines(run)}
 
 
 def first_step_reaching(history_file, column, target):

@@ -17,7 +17,7 @@ from scipy import stats as scipy_stats
 from studies import STUDIES, Arm, Evaluation, Metric, Study, describe, paired
 from studies.report import report
 from studies.run import CellError, cell_state, run_study
-from studies.study import Pretraining, config_flags, parse_seeds
+from studies.study import Pretraining, config_flags, parse_seeds, reported_cells
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -283,10 +283,23 @@ def test_report_keeps_earlier_runs_whose_cells_are_unchanged(tmp_path):
     assert report(study, runs, tmp_path / "alone", png=False,
                   keep_previous=False)["missing"] == [["psf", 0], ["psf", 1], ["psf", 2]]
 
+    # The runner leaves the reported cells alone (here every cell of seeds 0 and 1: no
+    # folder is made), and runs them again with results_dir=None.
+    shutil.rmtree(runs / "fake")
+    logged = []
+    assert run_study(study, runs, seeds=(0, 1), results_dir=out,
+                     log=lambda *args, **kwargs: logged.append(args[0])) == []
+    assert logged == [f"fake: 4 of 4 cells finished (4 in {out / 'fake'}.json), 0 to run "
+                      f"(1 at a time) in {runs / 'fake'}"]
+    assert not (runs / "fake").exists()
+    assert reported_cells(study, out) == {("base", 0), ("base", 1), ("base", 2), ("psf", 0),
+                                          ("psf", 1)}
+
     changed = Study("fake", "sequence", "adding", (Arm("base"), Arm("psf", {"model": "lstm"})),
                     baseline="base", seeds=(0, 1, 2), metrics=(metric,))
     third = report(changed, runs, out, png=False)
     assert third["dropped"] == [["psf", 0], ["psf", 1]]
+    assert reported_cells(changed, out) == {("base", 0), ("base", 1), ("base", 2)}
     assert third["missing"] == [["psf", 0], ["psf", 1], ["psf", 2]]
     assert "2 run(s) of an earlier report left out" in (out / "fake.md").read_text()
 
