@@ -19,8 +19,15 @@ if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 d
 import fid_inception_check
 import numpy_reference as ref
 from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
-from kctx.ops import causal_nmf, causal_nmf_step, initial_causal_state, matrix_decomposition, \
-    poly_nl
+from kctx.ops import (
+    causal_nmf,
+    causal_nmf_step,
+    causal_vq,
+    causal_vq_step,
+    initial_causal_state,
+    matrix_decomposition,
+    poly_nl,
+)
 from kctx.testing import run_layer_test
 
 BACKEND = keras.backend.backend()
@@ -106,7 +113,8 @@ def test_online_bases_move_in_training():
 
 def test_causal_ham_is_causal_recurrent_and_trains():
     """The causal ham: its per-position definition, exact causality, the recurrent form,
-    the blocked form, and the layer's fit step."""
+    the blocked form, the causal VQ's blocked and recurrent forms, and the layer's fit
+    step."""
     bases = rng.uniform(size=(6, 3))
     bases /= np.linalg.norm(bases, axis=0, keepdims=True)
     sequence = rng.uniform(size=(2, 16, 6)).astype("float32")  # blocked prefix sums (8)
@@ -130,6 +138,17 @@ def test_causal_ham_is_causal_recurrent_and_trains():
     state, steps = initial_causal_state(2, 6, 3, steps=3, block_size=5), []
     for t in range(16):
         y_t, state = causal_nmf_step(sequence[:, t], bases, state, steps=3, block_size=5)
+        steps.append(keras.ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(steps, axis=1), blocked, rtol=1e-5, atol=1e-6)
+    # The causal VQ (blocks of 5) on data of both signs: its definition, its recurrent form.
+    signed = sequence - 0.5
+    vq_bases = rng.standard_normal((6, 3))
+    blocked = keras.ops.convert_to_numpy(causal_vq(signed, vq_bases, steps=3, block_size=5))
+    expected = ref.causal_vq(signed[1].T.astype("float64"), vq_bases, 3, block_size=5).T
+    np.testing.assert_allclose(blocked[1], expected, rtol=2e-5, atol=1e-6)
+    state, steps = initial_causal_state(2, 6, 3, steps=3, block_size=5, method="vq"), []
+    for t in range(16):
+        y_t, state = causal_vq_step(signed[:, t], vq_bases, state, steps=3, block_size=5)
         steps.append(keras.ops.convert_to_numpy(y_t))
     np.testing.assert_allclose(np.stack(steps, axis=1), blocked, rtol=1e-5, atol=1e-6)
     inputs = keras.Input((None, 16))

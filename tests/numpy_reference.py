@@ -292,6 +292,33 @@ def causal_nmf(X, D0, steps, eps=1e-6, temperature=1.0, block_size=None):
     return out
 
 
+def causal_vq(X, D0, steps, eps=1e-6, temperature=0.1, block_size=None):
+    """The causal soft VQ by its per-position definition (kctx.ops.causal_decomposition):
+    for every t, round k assigns column t softly to D_t^(k-1) (softmax of cosines / T),
+    then D_t^(k) is the code-weighted mean of the prefix j ≤ t, Σ x_j c_jᵀ / (Σ c_j + eps),
+    each written out as a loop. With ``block_size`` L the prefix is j < ⌊t/L⌋·L and an
+    empty prefix keeps D0. X (d, n), D0 (d, r); returns X̄ (d, n), column t reconstructed
+    from D_t^(K) and one more soft assignment."""
+    d, n = X.shape
+
+    def prefix(t):
+        return range(t + 1) if block_size is None else range(t // block_size * block_size)
+
+    def assign(t, D):
+        return softmax_columns(cosine(D, X[:, t:t + 1]) / temperature)
+
+    bases = {t: D0 for t in range(n)}
+    for _ in range(steps):
+        codes = {t: assign(t, bases[t]) for t in range(n)}
+        bases = {t: (sum(X[:, j:j + 1] @ codes[j].T for j in prefix(t))
+                     / (sum(codes[j].T for j in prefix(t)) + eps)) if prefix(t) else D0
+                 for t in range(n)}
+    out = np.zeros_like(X)
+    for t in range(n):
+        out[:, t:t + 1] = bases[t] @ assign(t, bases[t])
+    return out
+
+
 def causal_linear_attention(Q, K, V, eps=1e-6):
     """Katharopoulos et al. (2020), Eq. 9 with causal sums, written as the loop over t:
     V'_t = φ(Q_t)ᵀ Σ_{j≤t} φ(K_j) V_jᵀ / (φ(Q_t)ᵀ Σ_{j≤t} φ(K_j)), φ = elu + 1.

@@ -1,6 +1,6 @@
-"""The causal Hamburger: the causal NMF against its per-position NumPy definition, exact
-causality, the parallel and recurrent forms alike, chunks, the blocked form, and the layer
-standards."""
+"""The causal Hamburger: the causal NMF and VQ against their per-position NumPy definitions,
+exact causality, the parallel and recurrent forms alike, chunks, the blocked form, and the
+layer standards."""
 
 import keras
 import numpy as np
@@ -9,7 +9,14 @@ from keras import ops
 
 import numpy_reference as reference
 from kctx.layers import CausalHamburger
-from kctx.ops import causal_nmf, causal_nmf_step, initial_bases, initial_causal_state
+from kctx.ops import (
+    causal_nmf,
+    causal_nmf_step,
+    causal_vq,
+    causal_vq_step,
+    initial_bases,
+    initial_causal_state,
+)
 from kctx.testing import run_layer_test
 
 RNG = np.random.default_rng(0)
@@ -67,6 +74,41 @@ def test_blocked_causal_nmf_is_its_definition_and_steps_alike(block_size, length
                                                             temperature=0.5))).max() > 1e-3
     with pytest.raises(ValueError, match=r"3·steps \+ 1 = 7 tensors"):
         causal_nmf_step(x[:, 0], bases, state, steps=2, block_size=block_size)
+
+
+# Per position (9 positions: cumsum's prefix sums; 16: the blocked ones), and in blocks of
+# 4 for 11 positions (padded) and of 1.
+@pytest.mark.parametrize("block_size,length", [(None, 9), (None, 16), (4, 11), (1, 5)])
+def test_causal_vq_is_its_definition_causal_and_steps_alike(block_size, length):
+    """The causal VQ against its NumPy definition, on data of both signs; its recurrent form
+    against its parallel form; changing the future leaves the past as it was."""
+    x = RNG.standard_normal((2, length, 6)).astype("float32")
+    bases = keras.ops.convert_to_numpy(initial_bases("vq", (6, 3), seed=0))
+    got = ops.convert_to_numpy(causal_vq(x, bases, steps=3, temperature=0.5,
+                                         block_size=block_size))
+    for b in range(x.shape[0]):
+        expected = reference.causal_vq(x[b].T.astype(np.float64), bases.astype(np.float64),
+                                       3, temperature=0.5, block_size=block_size).T
+        np.testing.assert_allclose(got[b], expected, rtol=2e-5, atol=1e-6)
+    state = initial_causal_state(2, 6, 3, steps=3, block_size=block_size, method="vq")
+    outputs = []
+    for t in range(length):
+        y_t, state = causal_vq_step(x[:, t], bases, state, steps=3, temperature=0.5,
+                                    block_size=block_size)
+        outputs.append(ops.convert_to_numpy(y_t))
+    np.testing.assert_allclose(np.stack(outputs, axis=1), got, rtol=1e-5, atol=1e-6)
+    for t in (0, 3, length - 2):
+        changed = x.copy()
+        changed[:, t + 1:] = RNG.standard_normal(changed[:, t + 1:].shape) * 3.0
+        z = ops.convert_to_numpy(causal_vq(changed, bases, steps=3, temperature=0.5,
+                                           block_size=block_size))
+        np.testing.assert_array_equal(z[:, :t + 1], got[:, :t + 1])
+    if block_size is None:
+        np.testing.assert_allclose(ops.convert_to_numpy(causal_vq(
+            x, bases, steps=3, temperature=0.5, chunk_size=length // 2 if length % 2 == 0
+            else 3 if length % 3 == 0 else 1)), got, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"A⁽ᵏ⁾, n⁽ᵏ⁾"):
+        causal_vq_step(x[:, 0], bases, state, steps=2, block_size=block_size)
 
 
 def test_blocked_form_is_causal_and_its_layer_generates_what_it_scores():
@@ -166,9 +208,28 @@ def test_layer_generates_what_it_scores():
          norm="layer", residual_scale_init=0.0, latent_dim=16, chunk_size=3),
     dict(rank=4, steps=2, block_size=4, final_relu=True, init="learned",
          one_step_gradient=False),
-], ids=["default", "learned-bptt-norm-zero-branch-chunks", "blocks-learned-bptt"])
+    dict(rank=4, steps=2, method="vq", block_size=4, norm="layer"),
+], ids=["default", "learned-bptt-norm-zero-branch-chunks", "blocks-learned-bptt", "vq-blocks"])
 def test_layer_standards(kwargs):
     run_layer_test(CausalHamburger, kwargs, (2, 6, 8), variable_spatial_dims=False)
+
+
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_vq_layer_generates_what_it_scores_on_raw_features(block_size):
+    """The VQ ham sees the lower bread's features of both signs (no ReLU: its cosines and
+    means need none) and its step() gives its call(); the VQ temperature by default."""
+    layer = CausalHamburger(rank=4, steps=3, latent_dim=12, method="vq",
+                            block_size=block_size, seed=3)
+    inputs = RNG.standard_normal((2, 8, 8)).astype("float32")
+    whole = ops.convert_to_numpy(layer(inputs))
+    assert layer.lower_bread.activation is keras.activations.linear
+    assert layer.temperature == 0.1 and layer.get_config()["method"] == "vq"
+    np.testing.assert_allclose(_stepped(layer, inputs), whole, rtol=1e-5, atol=1e-5)
+    latent = ops.convert_to_numpy(layer.lower_bread(inputs))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.upper_bread(causal_vq(latent, layer.bases, steps=3,
+                                                         block_size=block_size))) + inputs,
+        whole, rtol=1e-5, atol=1e-5)
 
 
 def test_learned_dictionary_gets_gradient_only_through_the_rounds():
@@ -186,6 +247,7 @@ def test_learned_dictionary_gets_gradient_only_through_the_rounds():
     (dict(init="random"), "Received: init='random'"),
     (dict(norm="batch"), "Received: norm='batch'"),
     (dict(block_size=0), "Received: block_size=0"),
+    (dict(method="cd"), "Received: method='cd'"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):

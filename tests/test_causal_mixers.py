@@ -81,11 +81,17 @@ def test_attention_cache_grows_and_linear_state_does_not():
     assert [tuple(s.shape) for s in sums] == [(1, 2, 4, 4), (1, 2, 4)]
 
 
-@pytest.mark.parametrize("mixer", sorted(MIXERS))
-def test_language_model_generates_what_it_scores(mixer, tmp_path):
-    options = {"causal_hamburger": {"rank": 3, "steps": 2}, "attention": {"num_heads": 2},
-               "linear_attention": {"num_heads": 2, "chunk_size": 4},
-               "causal_conv": {"kernel_size": 3}}[mixer]
+LANGUAGE_MIXERS = {"causal_hamburger": {"rank": 3, "steps": 2}, "attention": {"num_heads": 2},
+                   "linear_attention": {"num_heads": 2, "chunk_size": 4},
+                   "causal_conv": {"kernel_size": 3}}
+
+
+@pytest.mark.parametrize("mixer,options", [
+    *sorted(LANGUAGE_MIXERS.items()),
+    ("causal_hamburger", {"rank": 3, "steps": 2, "method": "vq", "block_size": 3}),
+], ids=[*sorted(LANGUAGE_MIXERS), "causal_hamburger-vq-blocks"])
+def test_language_model_generates_what_it_scores(mixer, options, tmp_path):
+    assert set(LANGUAGE_MIXERS) == set(MIXERS)  # every mixer is tested
     model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=2, mixer=mixer,
                                 mixer_options=options)
     tokens = RNG.integers(0, 11, (2, 7)).astype("int32")

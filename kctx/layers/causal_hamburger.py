@@ -3,7 +3,15 @@
 import keras
 from keras import ops
 
-from kctx.ops.causal_decomposition import causal_nmf, causal_nmf_step, initial_causal_state
+from kctx.layers.hamburger import DEFAULT_TEMPERATURE
+from kctx.ops.causal_decomposition import (
+    CAUSAL_METHODS,
+    causal_nmf,
+    causal_nmf_step,
+    causal_vq,
+    causal_vq_step,
+    initial_causal_state,
+)
 from kctx.ops.matrix_decomposition import seeded_initial_bases
 from kctx.validation import (
     check_choice,
@@ -21,10 +29,13 @@ class CausalHamburger(keras.layers.Layer):
     """Hamburger on sequences whose output at position t sees positions ≤ t only.
 
     y_t = ReLU?(x_t + s · norm(W_u · M_t(ReLU(W_l · x)))): the "lower bread" W_l (a Dense
-    layer to d = ``latent_dim`` channels, then ReLU: NMF needs non-negative data), the
-    causal ham M_t (:func:`kctx.ops.causal_nmf`: K rounds of NMF's multiplicative updates,
-    each position's code against the dictionary fitted to its prefix, from prefix sums of
-    x·cᵀ and c·cᵀ), the "upper bread" W_u (a Dense layer back to C), an optional per-position
+    layer to d = ``latent_dim`` channels, then ReLU for NMF, which needs non-negative
+    data), the causal ham M_t (``method="nmf"``, :func:`kctx.ops.causal_nmf`: K rounds of
+    NMF's multiplicative updates, each position's code against the dictionary fitted to its
+    prefix, from prefix sums of x·cᵀ and c·cᵀ; or ``"vq"``, :func:`kctx.ops.causal_vq`: K
+    rounds of soft vector quantisation, each position softly assigned to the code-weighted
+    means of its prefix, from prefix sums of x·cᵀ and c), the "upper bread" W_u (a Dense
+    layer back to C), an optional per-position
     layer norm, a branch scale s and the residual. Batch normalisation, the official
     Hamburgers' norm, is not offered: its batch statistics in training mix every position
     of every sequence, future ones included.
@@ -37,7 +48,8 @@ class CausalHamburger(keras.layers.Layer):
       the blocks before: T/L dictionaries per round, exactly causal still, but another
       operator, see :mod:`kctx.ops.causal_decomposition`);
     * ``layer.step(x_t, state)``: the recurrent form, one position at a time for generation,
-      with a state of K·(d·r + r²) numbers per sequence whatever the position
+      with a state of K·(d·r + r²) numbers per sequence (VQ: K·(d·r + r)) whatever the
+      position
       (``layer.initial_state(batch_size)`` starts it).
 
     The official Hamburgers' options that apply to a causal ham are options here: the rank
@@ -51,10 +63,13 @@ class CausalHamburger(keras.layers.Layer):
 
     Args:
         rank: r, the dictionary atoms.
-        steps: K, the rounds of multiplicative updates.
+        steps: K, the rounds of updates.
+        method: ``"nmf"`` or ``"vq"``, the decomposition (the paper's Alg. 2 or Alg. 1,
+            made causal).
         latent_dim: d, the ham's channels (default: the input's C).
         init: ``"fixed"`` or ``"learned"`` initial dictionary D₀ (d, r).
-        temperature: T_s of the initial codes' softmax.
+        temperature: T of the softmax: NMF's initial codes (default 1.0), VQ's every soft
+            assignment (default 0.1), as :class:`Hamburger`'s.
         eps: the absolute guard of the updates (the official 1e-6).
         one_step_gradient: ``True``: only the final code update back-propagates (Sec. 2.3);
             ``False``: through every round.
@@ -84,24 +99,27 @@ class CausalHamburger(keras.layers.Layer):
         >>> y_0, state = layer.step(x[:, 0], state)  # generation, one position at a time
         >>> bool(ops.max(ops.abs(y_0 - y[:, 0])) < 1e-5)
         True
+        >>> vq = CausalHamburger(rank=4, steps=3, method="vq", block_size=4)
+        >>> tuple(vq(x).shape), vq.temperature
+        ((2, 10, 16), 0.1)
 
     Reference:
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR 2021 (the
-        Hamburger, Alg. 2, Sec. 2.3); the causal ham is kctx's
+        Hamburger, Alg. 1 and 2, Sec. 2.3); the causal ham is kctx's
         (:mod:`kctx.ops.causal_decomposition`).
     """
 
-    def __init__(self, rank=16, steps=6, latent_dim=None, init="fixed", temperature=1.0,
+    def __init__(self, rank=16, steps=6, latent_dim=None, init="fixed", temperature=None,
                  eps=1e-6, one_step_gradient=True, final_relu=False, norm=None,
                  residual_scale_init=None, residual=True, chunk_size=None, block_size=None,
-                 seed=0,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 seed=0, kernel_initializer="glorot_uniform", method="nmf", **kwargs):
         super().__init__(**kwargs)
         check_positive_int("rank", rank)
         check_positive_int("steps", steps)
+        check_choice("method", method, CAUSAL_METHODS)
         check_positive_int("latent_dim", latent_dim, allow_none=True)
         check_choice("init", init, INITS)
-        check_positive_float("temperature", temperature)
+        check_positive_float("temperature", temperature, allow_none=True)
         check_choice("norm", norm, NORMS)
         check_positive_int("chunk_size", chunk_size, allow_none=True)
         check_positive_int("block_size", block_size, allow_none=True)
@@ -118,9 +136,11 @@ class CausalHamburger(keras.layers.Layer):
                              "init='learned', one_step_gradient=True")
         self.rank = rank
         self.steps = steps
+        self.method = method
         self.latent_dim = latent_dim
         self.init = init
-        self.temperature = float(temperature)
+        self.temperature = float(DEFAULT_TEMPERATURE[method] if temperature is None
+                                 else temperature)
         self.eps = float(eps)
         self.one_step_gradient = bool(one_step_gradient)
         self.final_relu = bool(final_relu)
@@ -138,7 +158,8 @@ class CausalHamburger(keras.layers.Layer):
         channels = int(input_shape[-1])
         d = self.latent_dim or channels
         self._d = d
-        self.lower_bread = keras.layers.Dense(d, activation="relu",
+        self.lower_bread = keras.layers.Dense(d, activation="relu" if self.method == "nmf"
+                                              else None,
                                               kernel_initializer=self.kernel_initializer,
                                               dtype=self.dtype_policy, name="lower_bread")
         self.lower_bread.build(input_shape)
@@ -151,12 +172,13 @@ class CausalHamburger(keras.layers.Layer):
                                                               dtype=self.dtype_policy,
                                                               name="layer_norm")
             self.layer_norm.build((*input_shape[:-1], channels))
-        initial = seeded_initial_bases("nmf", (d, self.rank), self.seed)
+        initial = seeded_initial_bases(self.method, (d, self.rank), self.seed)
         self.bases = self.add_weight(
             name="bases", shape=(d, self.rank),
             initializer=keras.initializers.Constant(initial),
             trainable=self.init == "learned",
-            constraint=keras.constraints.NonNeg() if self.init == "learned" else None,
+            constraint=(keras.constraints.NonNeg()
+                        if self.init == "learned" and self.method == "nmf" else None),
             dtype="float32", autocast=False)
         if self.residual_scale_init is not None:
             self.residual_scale = self.add_weight(
@@ -165,9 +187,10 @@ class CausalHamburger(keras.layers.Layer):
 
     def _ham(self, latent, chunk_size=None):
         x = ops.cast(latent, "float32")
-        return causal_nmf(x, self.bases, steps=self.steps, temperature=self.temperature,
-                          eps=self.eps, one_step_gradient=self.one_step_gradient,
-                          chunk_size=chunk_size, block_size=self.block_size)
+        ham = causal_nmf if self.method == "nmf" else causal_vq
+        return ham(x, self.bases, steps=self.steps, temperature=self.temperature, eps=self.eps,
+                   one_step_gradient=self.one_step_gradient, chunk_size=chunk_size,
+                   block_size=self.block_size)
 
     def _output(self, inputs, reconstruction):
         branch = self.upper_bread(ops.cast(reconstruction, self.compute_dtype))
@@ -187,15 +210,17 @@ class CausalHamburger(keras.layers.Layer):
         """The recurrent form's state before the first position (zero prefix sums;
         ``capacity``: unused, the state has one size at every position)."""
         return initial_causal_state(batch_size, self._d, self.rank, self.steps,
-                                    block_size=self.block_size)
+                                    block_size=self.block_size, method=self.method)
 
     def step(self, inputs, state):
         """The output at one position from its input (batch, C) and the state of the
         positions before; returns ``(outputs, state)``, the state now including it."""
+        inputs = ops.convert_to_tensor(inputs)  # (a NumPy array + a torch tensor fails)
         latent = ops.cast(self.lower_bread(inputs), "float32")
-        reconstruction, state = causal_nmf_step(latent, self.bases, state, steps=self.steps,
-                                                temperature=self.temperature, eps=self.eps,
-                                                block_size=self.block_size)
+        step = causal_nmf_step if self.method == "nmf" else causal_vq_step
+        reconstruction, state = step(latent, self.bases, state, steps=self.steps,
+                                     temperature=self.temperature, eps=self.eps,
+                                     block_size=self.block_size)
         return self._output(inputs, reconstruction), state
 
     def compute_output_shape(self, input_shape):
@@ -204,7 +229,8 @@ class CausalHamburger(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            rank=self.rank, steps=self.steps, latent_dim=self.latent_dim, init=self.init,
+            rank=self.rank, steps=self.steps, method=self.method, latent_dim=self.latent_dim,
+            init=self.init,
             temperature=self.temperature, eps=self.eps,
             one_step_gradient=self.one_step_gradient, final_relu=self.final_relu,
             norm=self.norm, residual_scale_init=self.residual_scale_init,

@@ -1,7 +1,13 @@
 """Weight-free math on ``keras.ops`` (runs on every Keras backend)."""
 
 from kctx.ops.attention import attention_2d, multi_head_attention, unfold
-from kctx.ops.causal_decomposition import causal_nmf, causal_nmf_step, initial_causal_state
+from kctx.ops.causal_decomposition import (
+    causal_nmf,
+    causal_nmf_step,
+    causal_vq,
+    causal_vq_step,
+    initial_causal_state,
+)
 from kctx.ops.chord import (
     chord_dense,
     chord_indices,
@@ -40,6 +46,8 @@ __all__ = [
     "causal_linear_attention_step",
     "causal_nmf",
     "causal_nmf_step",
+    "causal_vq",
+    "causal_vq_step",
     "chord_dense",
     "chord_indices",
     "chord_matmul",

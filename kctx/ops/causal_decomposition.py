@@ -61,11 +61,29 @@ current block's K dictionaries beside the sums and refits them when a block comp
 
 The update guard ε is absolute, as the official code's 1e-6: the original ham's
 relative guard divides by max|x| over all positions, which a causal operator cannot see.
+
+**Causal soft vector quantisation** (:func:`causal_vq`; the ham's VQ, Alg. 1 / Eq. 8 of the
+paper, made causal the same way). VQ's updates read the data through the code-weighted sums
+X·C (d × r) and C·1 (r): with D_t⁽⁰⁾ = D₀, for k = 1 … K and every position t,
+
+    c_t⁽ᵏ⁾ = softmax_r(cos(x_t, D_t⁽ᵏ⁻¹⁾) / T)
+    A_t⁽ᵏ⁾ = Σ_{j≤t} x_j c_j⁽ᵏ⁾ᵀ   (d × r),      n_t⁽ᵏ⁾ = Σ_{j≤t} c_j⁽ᵏ⁾   (r)
+    D_t⁽ᵏ⁾ = A_t⁽ᵏ⁾ diag(n_t⁽ᵏ⁾ + ε)⁻¹   (each atom the code-weighted mean of the prefix)
+
+and the output is one more soft assignment, x̄_t = D_t⁽ᴷ⁾ softmax_r(cos(x_t, D_t⁽ᴷ⁾) / T),
+cos(x, D) the cosine of x with each column of D. The blocked form replaces j ≤ t by the
+blocks before t's, j < ⌊t/L⌋·L, and keeps D₀ in the first block, as the NMF's. The data need
+not be non-negative. The official VQ divides x by max|x| over all positions before it and
+multiplies the dictionary back (a scale that cancels: the cosines do not see it and the
+means are taken of the same x); the causal form leaves it out, as a causal operator must.
+Its recurrent state is (A⁽ᵏ⁾, n⁽ᵏ⁾) for k = 1 … K: K·(d·r + r) numbers whatever t.
 """
 
 from keras import ops
 
-from kctx.validation import check_positive_float, check_positive_int
+from kctx.validation import check_choice, check_positive_float, check_positive_int
+
+CAUSAL_METHODS = ("nmf", "vq")
 
 
 # Broadcasting matmuls, not einsums with "...": the ONNX and LiteRT converters refuse an
@@ -99,25 +117,30 @@ def _check(x, bases, steps, temperature):
 
 
 def initial_causal_state(batch_size, channels, rank, steps, dtype="float32",
-                         block_size=None):
+                         block_size=None, method="nmf"):
     """The recurrent form's state before the first position: K pairs of zero prefix sums,
-    ``(A⁽¹⁾, B⁽¹⁾, …, A⁽ᴷ⁾, B⁽ᴷ⁾)`` with A (batch, d, r) and B (batch, r, r); with
-    ``block_size``, then the current block's dictionaries D⁽¹⁾ … D⁽ᴷ⁾ (batch, d, r; zero
-    until the first block completes: D₀ is used before) and the positions seen (batch,).
+    ``(A⁽¹⁾, B⁽¹⁾, …, A⁽ᴷ⁾, B⁽ᴷ⁾)`` with A (batch, d, r) and, for ``method="nmf"``, B
+    (batch, r, r) (Σ cᵀc), for ``"vq"`` n (batch, r) (Σ c); with ``block_size``, then the
+    current block's dictionaries D⁽¹⁾ … D⁽ᴷ⁾ (batch, d, r; zero until the first block
+    completes: D₀ is used before) and the positions seen (batch,).
 
     Examples:
         >>> state = initial_causal_state(2, channels=16, rank=4, steps=3)
         >>> len(state), tuple(state[0].shape), tuple(state[1].shape)
         (6, (2, 16, 4), (2, 4, 4))
+        >>> tuple(initial_causal_state(2, 16, 4, steps=3, method="vq")[1].shape)
+        (2, 4)
         >>> len(initial_causal_state(2, 16, 4, steps=3, block_size=8))
         10
     """
     check_positive_int("steps", steps)
     check_positive_int("block_size", block_size, allow_none=True)
+    check_choice("method", method, CAUSAL_METHODS)
+    second = (rank, rank) if method == "nmf" else (rank,)
     state = []
     for _ in range(steps):
         state += [ops.zeros((batch_size, channels, rank), dtype),
-                  ops.zeros((batch_size, rank, rank), dtype)]
+                  ops.zeros((batch_size, *second), dtype)]
     if block_size is not None:
         state += [ops.zeros((batch_size, channels, rank), dtype) for _ in range(steps)]
         state.append(ops.zeros((batch_size,), dtype))
@@ -155,24 +178,14 @@ def causal_nmf_step(x_t, bases, state, steps=6, temperature=1.0, eps=1e-6, block
         >>> bool(ops.max(ops.abs(ops.stack(outputs, axis=1) - parallel)) < 1e-5)
         True
     """
-    expected = 2 * steps if block_size is None else 3 * steps + 1
-    if len(state) != expected:
-        what = ("2·steps = {} prefix sums (A⁽ᵏ⁾, B⁽ᵏ⁾ for k = 1 … K)" if block_size is None
-                else "3·steps + 1 = {} tensors (A⁽ᵏ⁾, B⁽ᵏ⁾, then D⁽ᵏ⁾, then the count)")
-        raise ValueError(f"`state` must hold {what.format(expected)}. Received: "
-                         f"{len(state)} tensors.")
+    _check_state(state, steps, block_size, "B⁽ᵏ⁾")
     x_t = ops.convert_to_tensor(x_t)
     bases = ops.cast(ops.convert_to_tensor(bases), x_t.dtype)
     codes = ops.softmax(ops.matmul(x_t, bases) / temperature, axis=-1)
     initial = ops.broadcast_to(bases, (ops.shape(x_t)[0], *bases.shape))
-    if block_size is None:
-        dictionary = initial
-    else:
-        count = state[-1]
-        started = ops.reshape(count >= block_size, (-1, 1, 1))  # a block has completed
-        dictionaries = [initial] + [ops.where(started, stored, initial)
-                                    for stored in state[2 * steps:3 * steps]]
-        dictionary = dictionaries[0]
+    if block_size is not None:
+        count, dictionaries = _block_dictionaries(state, steps, block_size, initial)
+    dictionary = initial
     new_state = []
     for step in range(steps):
         xd = ops.einsum("bd,bdr->br", x_t, dictionary)
@@ -187,15 +200,42 @@ def causal_nmf_step(x_t, bases, state, steps=6, temperature=1.0, eps=1e-6, block
     output = ops.einsum("br,bdr->bd", codes, dictionary)
     if block_size is not None:
         # The block completes at t: refit D⁽¹⁾ … D⁽ᴷ⁾ from the sums up to t, from D₀.
-        count = count + 1
-        completes = ops.reshape(ops.mod(count, block_size) == 0, (-1, 1, 1))
-        refitted = initial
+        refitted, dictionary = [], initial
         for step in range(steps):
-            refitted = _bases_update(refitted, new_state[2 * step], new_state[2 * step + 1],
-                                     eps)
-            new_state.append(ops.where(completes, refitted, dictionaries[step + 1]))
-        new_state.append(count)
+            dictionary = _bases_update(dictionary, new_state[2 * step],
+                                       new_state[2 * step + 1], eps)
+            refitted.append(dictionary)
+        new_state = _complete_block(new_state, count, dictionaries, refitted, block_size)
     return output, tuple(new_state)
+
+
+def _check_state(state, steps, block_size, second):
+    expected = 2 * steps if block_size is None else 3 * steps + 1
+    if len(state) != expected:
+        what = (f"2·steps = {{}} prefix sums (A⁽ᵏ⁾, {second} for k = 1 … K)"
+                if block_size is None else
+                f"3·steps + 1 = {{}} tensors (A⁽ᵏ⁾, {second}, then D⁽ᵏ⁾, then the count)")
+        raise ValueError(f"`state` must hold {what.format(expected)}. Received: "
+                         f"{len(state)} tensors.")
+
+
+def _block_dictionaries(state, steps, block_size, initial):
+    """The positions seen and ``[D₀, D⁽¹⁾, …, D⁽ᴷ⁾]`` of the current block, from the state
+    of the blocked recurrent form (D₀ in every round until a block has completed)."""
+    count = state[-1]
+    started = ops.reshape(count >= block_size, (-1, 1, 1))  # a block has completed
+    return count, [initial] + [ops.where(started, stored, initial)
+                               for stored in state[2 * steps:3 * steps]]
+
+
+def _complete_block(sums, count, dictionaries, refitted, block_size):
+    """The blocked recurrent form's next state: the sums, then each round's dictionary
+    (``refitted`` from the sums where this position completes a block, else the current
+    block's), then the positions seen."""
+    count = count + 1
+    completes = ops.reshape(ops.mod(count, block_size) == 0, (-1, 1, 1))
+    return [*sums, *[ops.where(completes, new, old)
+                     for new, old in zip(refitted, dictionaries[1:])], count]
 
 
 # Positions per block of the blocked prefix sum, largest first (see _prefix_sums).
@@ -278,6 +318,14 @@ def causal_nmf(x, bases, steps=6, temperature=1.0, eps=1e-6, one_step_gradient=T
         Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR 2021, Alg. 2
         and Sec. 2.3; made causal here (kctx).
     """
+    return _parallel(_causal_nmf_chunk, _causal_nmf_blocks, x, bases, steps, temperature,
+                     eps, one_step_gradient, chunk_size, block_size)
+
+
+def _parallel(chunk_form, block_form, x, bases, steps, temperature, eps, one_step_gradient,
+              chunk_size, block_size):
+    """A parallel form's arguments checked, then ``block_form`` on the blocks, or
+    ``chunk_form`` on all positions at once or chunk after chunk (carrying the sums)."""
     x = ops.convert_to_tensor(x)
     bases = ops.convert_to_tensor(bases)
     _check(x, bases, steps, temperature)
@@ -290,19 +338,17 @@ def causal_nmf(x, bases, steps=6, temperature=1.0, eps=1e-6, one_step_gradient=T
                              "the blocked form keeps T/L dictionaries anyway: give one of "
                              f"them. Received: chunk_size={chunk_size}, "
                              f"block_size={block_size}")
-        return _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps,
-                                  one_step_gradient)
+        return block_form(x, bases, block_size, steps, temperature, eps, one_step_gradient)
     if chunk_size is None or length is None or chunk_size >= length:
-        return _causal_nmf_chunk(x, bases, None, steps, temperature, eps,
-                                 one_step_gradient)[0]
+        return chunk_form(x, bases, None, steps, temperature, eps, one_step_gradient)[0]
     check_positive_int("chunk_size", chunk_size)
     if length % chunk_size:
         raise ValueError(f"`chunk_size` must divide the sequence length. Received: "
                          f"chunk_size={chunk_size} for {length} positions.")
     outputs, carry = [], None
     for start in range(0, length, chunk_size):
-        output, carry = _causal_nmf_chunk(x[:, start:start + chunk_size], bases, carry,
-                                          steps, temperature, eps, one_step_gradient)
+        output, carry = chunk_form(x[:, start:start + chunk_size], bases, carry, steps,
+                                   temperature, eps, one_step_gradient)
         outputs.append(output)
     return ops.concatenate(outputs, axis=1)
 
@@ -339,15 +385,7 @@ def _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps, one_step_g
     per round), the block sums one batched product each, their exclusive prefix over the
     blocks a cumulative sum. T is padded at the end to a multiple of L (padding after the
     last position only reaches blocks after it) and cropped back."""
-    shape = ops.shape(x)
-    length, channels = x.shape[1], x.shape[2]
-    # A static length pads only when L does not divide it; a dynamic one always does.
-    padding = (-length) % block_size if length is not None else (-shape[1]) % block_size
-    pads = length is None or padding > 0
-    padded = ops.pad(x, ((0, 0), (0, padding), (0, 0))) if pads else x
-    # (B, T/L, L, d): the blocks.
-    blocks = ops.reshape(padded, (shape[0], -1, block_size, channels))
-    first = ops.reshape(ops.arange(ops.shape(blocks)[1]) == 0, (1, -1, 1, 1))
+    blocks, first, unblock = _blocks(x, block_size)
     codes = ops.softmax(ops.matmul(blocks, bases) / temperature, axis=-1)
     dictionary = bases  # D_b⁽⁰⁾ = D₀ for every block: broadcast, not materialised
     for step in range(steps):
@@ -360,9 +398,27 @@ def _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps, one_step_g
         codes = ops.stop_gradient(codes)
         dictionary = ops.stop_gradient(dictionary)
     codes = _block_code_update(blocks, codes, dictionary, eps)
-    output = ops.reshape(ops.matmul(codes, ops.swapaxes(dictionary, -1, -2)),
-                         ops.shape(padded))
-    return output[:, :shape[1]] if pads else output
+    return unblock(ops.matmul(codes, ops.swapaxes(dictionary, -1, -2)))
+
+
+def _blocks(x, block_size):
+    """``x`` (B, T, d) as blocks (B, T/L, L, d), T padded at the end to a multiple of L;
+    a (1, T/L, 1, 1) mask of the first block; and the function taking per-block outputs
+    (B, T/L, L, d) back to (B, T, d)."""
+    shape = ops.shape(x)
+    length, channels = x.shape[1], x.shape[2]
+    # A static length pads only when L does not divide it; a dynamic one always does.
+    padding = (-length) % block_size if length is not None else (-shape[1]) % block_size
+    pads = length is None or padding > 0
+    padded = ops.pad(x, ((0, 0), (0, padding), (0, 0))) if pads else x
+    blocks = ops.reshape(padded, (shape[0], -1, block_size, channels))
+    first = ops.reshape(ops.arange(ops.shape(blocks)[1]) == 0, (1, -1, 1, 1))
+
+    def unblock(outputs):
+        outputs = ops.reshape(outputs, ops.shape(padded))
+        return outputs[:, :shape[1]] if pads else outputs
+
+    return blocks, first, unblock
 
 
 def _block_code_update(blocks, codes, dictionary, eps):
@@ -377,3 +433,168 @@ def _exclusive_block_sums(values):
     """Σ over the blocks before each block (axis 1), zero for the first."""
     totals = ops.cumsum(values, axis=1)
     return ops.concatenate([ops.zeros_like(totals[:, :1]), totals[:, :-1]], axis=1)
+
+
+# ---------------------------------------------------------------------------
+# Causal soft vector quantisation (the module's last equations).
+# ---------------------------------------------------------------------------
+
+
+def _unit(t, axis=-1):
+    """``t`` divided by its L2 norm along ``axis`` (a zero vector stays zero)."""
+    squared = ops.sum(ops.square(t), axis=axis, keepdims=True)
+    return t * ops.rsqrt(ops.maximum(squared, UNIT_EPS ** 2))
+
+
+UNIT_EPS = 1e-12  # as the non-causal ham's normalisation (kctx.ops.matrix_decomposition)
+
+
+def _soft_assignment(x_unit, dictionary, temperature):
+    """softmax_r(cos(x, D) / T) of unit rows ``x_unit`` (…, n, d) against D (…, d, r)
+    (its columns normalised here), broadcasting: (…, n, r)."""
+    return ops.softmax(ops.matmul(x_unit, _unit(dictionary, axis=-2)) / temperature,
+                       axis=-1)
+
+
+def _means(xtc, counts, eps):
+    """D = A diag(n + ε)⁻¹: each atom the code-weighted mean of the positions summed."""
+    return xtc / (ops.expand_dims(counts, -2) + eps)
+
+
+def causal_vq(x, bases, steps=6, temperature=0.1, eps=1e-6, one_step_gradient=True,
+              chunk_size=None, block_size=None):
+    """Causal soft vector quantisation: x̄_t from x_{≤t} only.
+
+    The parallel form of the causal VQ (see the module's last equations): K rounds, each a
+    soft assignment of every position to its prefix's dictionary and the dictionary of
+    code-weighted means from the prefix sums Σ x cᵀ and Σ c.
+
+    Args:
+        x: features (B, T, d), any sign.
+        bases: the initial dictionary D₀ (d, r) (``initial_bases("vq", (d, r), seed=...)``
+            or a trained one).
+        steps: K ≥ 1, the rounds.
+        temperature: T of the soft assignments (0.1: kctx's VQ ham's default).
+        eps: ε, the guard of the code sums.
+        one_step_gradient: ``True``: the K rounds run without gradient and only the final
+            soft assignment back-propagates (Sec. 2.3); ``False``: through every round.
+        chunk_size: positions per chunk of the per-position form (``None``: all), as
+            :func:`causal_nmf`'s. Must divide T. Not with ``block_size``.
+        block_size: L, positions that share a dictionary fitted to the blocks before
+            theirs (``None``: a dictionary per position), as :func:`causal_nmf`'s.
+
+    Returns:
+        The reconstruction x̄ (B, T, d).
+
+    Examples:
+        >>> x = keras.random.normal((2, 8, 16), seed=0)
+        >>> from kctx.ops import initial_bases
+        >>> d0 = initial_bases("vq", (16, 4), seed=0)
+        >>> y = causal_vq(x, d0, steps=3)
+        >>> tuple(y.shape)
+        (2, 8, 16)
+        >>> # position 3 does not see positions 4-7
+        >>> changed = ops.concatenate([x[:, :4], 2.0 * x[:, 4:]], axis=1)
+        >>> bool(ops.all(causal_vq(changed, d0, steps=3)[:, :4] == y[:, :4]))
+        True
+
+    Reference:
+        Geng et al., "Is Attention Better Than Matrix Decomposition?", ICLR 2021, Alg. 1
+        (Eq. 8) and Sec. 2.3; made causal here (kctx).
+    """
+    return _parallel(_causal_vq_chunk, _causal_vq_blocks, x, bases, steps, temperature,
+                     eps, one_step_gradient, chunk_size, block_size)
+
+
+def _causal_vq_chunk(x, bases, carry, steps, temperature, eps, one_step_gradient):
+    """The per-position parallel form on the positions of ``x`` after a prefix whose sums
+    are ``carry`` (None: no prefix); returns x̄ and the sums at the chunk's end."""
+    units = _unit(x)
+    per_position = ops.expand_dims(units, -2)  # (B, T, 1, d) against (B, T, d, r)
+    dictionary, sums = bases, []
+    for step in range(steps):
+        if step == 0:  # D₀ for every position: broadcast, not materialised
+            codes = _soft_assignment(units, bases, temperature)
+        else:
+            codes = ops.squeeze(_soft_assignment(per_position, dictionary, temperature), -2)
+        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", x, codes),
+                           None if carry is None else carry[2 * step])
+        counts = _prefix_sums(codes, None if carry is None else carry[2 * step + 1])
+        sums += [xtc[:, -1], counts[:, -1]]
+        dictionary = _means(xtc, counts, eps)
+    if one_step_gradient:
+        dictionary = ops.stop_gradient(dictionary)
+    codes = ops.squeeze(_soft_assignment(per_position, dictionary, temperature), -2)
+    return ops.einsum("btr,btdr->btd", codes, dictionary), tuple(sums)
+
+
+def _causal_vq_blocks(x, bases, block_size, steps, temperature, eps, one_step_gradient):
+    """The blocked parallel form: the positions of block b assigned to D_b, fitted to the
+    blocks before (D₀ for the first)."""
+    blocks, first, unblock = _blocks(x, block_size)
+    units = _unit(blocks)
+    dictionary = bases
+    for _ in range(steps):
+        codes = _soft_assignment(units, dictionary, temperature)  # (B, T/L, L, r)
+        xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(blocks, -1, -2), codes))
+        counts = _exclusive_block_sums(ops.sum(codes, axis=2))
+        dictionary = ops.where(first, bases, _means(xtc, counts, eps))
+    if one_step_gradient:
+        dictionary = ops.stop_gradient(dictionary)
+    codes = _soft_assignment(units, dictionary, temperature)
+    return unblock(ops.matmul(codes, ops.swapaxes(dictionary, -1, -2)))
+
+
+def causal_vq_step(x_t, bases, state, steps=6, temperature=0.1, eps=1e-6, block_size=None):
+    """One position of the causal VQ in its recurrent form (generation).
+
+    Args:
+        x_t: the position's features, (B, d).
+        bases: D₀, (d, r).
+        state: the prefix sums of the positions before (with ``block_size``, then their
+            block's dictionaries and count), from ``initial_causal_state(...,
+            method="vq")`` (with the same ``block_size``) or the previous call.
+        steps: K, as in :func:`causal_vq`.
+        temperature: T of the soft assignments.
+        eps: ε, the guard of the code sums.
+        block_size: L, as in :func:`causal_vq` (``None``: a dictionary per position).
+
+    Returns:
+        ``(reconstruction, state)``: x̄_t (B, d) and the state including t.
+
+    Examples:
+        >>> x = keras.random.normal((2, 5, 16), seed=0)
+        >>> from kctx.ops import initial_bases
+        >>> d0 = initial_bases("vq", (16, 4), seed=0)
+        >>> state = initial_causal_state(2, 16, 4, steps=3, method="vq")
+        >>> outputs = []
+        >>> for t in range(5):
+        ...     y_t, state = causal_vq_step(x[:, t], d0, state, steps=3)
+        ...     outputs.append(y_t)
+        >>> parallel = causal_vq(x, d0, steps=3)
+        >>> bool(ops.max(ops.abs(ops.stack(outputs, axis=1) - parallel)) < 1e-5)
+        True
+    """
+    _check_state(state, steps, block_size, "n⁽ᵏ⁾")
+    x_t = ops.convert_to_tensor(x_t)
+    bases = ops.cast(ops.convert_to_tensor(bases), x_t.dtype)
+    unit = ops.expand_dims(_unit(x_t), -2)  # (B, 1, d)
+    initial = ops.broadcast_to(bases, (ops.shape(x_t)[0], *bases.shape))
+    if block_size is not None:
+        count, dictionaries = _block_dictionaries(state, steps, block_size, initial)
+    dictionary, new_state = initial, []
+    for step in range(steps):
+        codes = ops.squeeze(_soft_assignment(unit, dictionary, temperature), -2)
+        xtc = state[2 * step] + ops.einsum("bd,br->bdr", x_t, codes)
+        counts = state[2 * step + 1] + codes
+        new_state += [xtc, counts]
+        dictionary = (_means(xtc, counts, eps) if block_size is None
+                      else dictionaries[step + 1])
+    codes = ops.squeeze(_soft_assignment(unit, dictionary, temperature), -2)
+    output = ops.einsum("br,bdr->bd", codes, dictionary)
+    if block_size is not None:
+        # The block completes at t: each round's dictionary from the sums up to t.
+        refitted = [_means(new_state[2 * step], new_state[2 * step + 1], eps)
+                    for step in range(steps)]
+        new_state = _complete_block(new_state, count, dictionaries, refitted, block_size)
+    return output, tuple(new_state)
