@@ -165,3 +165,10 @@ def test_generation_bench_writes_state_sizes_and_speeds(tmp_path):
     assert blocked[6]["options"] == {"block_size": 4}
     assert blocked[12]["state_mb"] == blocked[6]["state_mb"] > rows["causal_hamburger",
                                                                     6]["state_mb"]
+    # The causal VQ: a constant state of K·(d·r + r), below the NMF's K·(d·r + r²).
+    assert main(["generation", "--lengths", "6", "12", "--window", "3", "--embed-dim", "8",
+                 "--num-blocks", "1", "--mixers", "causal_hamburger", "--ham-method", "vq",
+                 "--json", str(path)]) == 0
+    vq = {r["length"]: r for r in json.loads(path.read_text())}
+    assert vq[6]["options"] == {"method": "vq"}
+    assert vq[12]["state_mb"] == vq[6]["state_mb"] < rows["causal_hamburger", 6]["state_mb"]

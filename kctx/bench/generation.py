@@ -9,7 +9,8 @@ time per token over the ``--window`` tokens that end there and the size of the s
 decoding loop carries (every block's mixer state: the key-value cache grows with t, the
 causal Hamburger's K·(d·r + r²) and linear attention's sums do not). ``--ham-block-size L``
 runs the Hamburger in its blocked form (a dictionary per block of L positions; its state
-adds the block's K dictionaries).
+adds the block's K dictionaries), ``--ham-method vq`` its causal soft VQ (a state of
+K·(d·r + r)).
 
 Eager, Python's dispatch of each op dominates a token's time at these sizes; ``--compiled``
 runs each token's step as one compiled program. On TensorFlow it is one ``tf.function``
@@ -75,10 +76,11 @@ def _compiled_decoding(model, batch, capacity):
 
 def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384), batch=1,
                    embed_dim=128, num_blocks=4, window=64, seed=0, compiled=False,
-                   ham_block_size=None, log=print):
+                   ham_block_size=None, ham_method="nmf", log=print):
     """Time token-by-token generation per mixer; ``compiled``: each token's step as one
     compiled program (``tf.function`` on TensorFlow, ``jax.jit`` on JAX), else eager;
-    ``ham_block_size``: the causal Hamburger's ``block_size``. Returns the table's rows."""
+    ``ham_block_size`` and ``ham_method``: the causal Hamburger's ``block_size`` and
+    ``method``. Returns the table's rows."""
     import keras
 
     from kctx.models import CausalLanguageModel
@@ -90,8 +92,10 @@ def run_generation(mixers=DEFAULT_MIXERS, lengths=(1024, 2048, 4096, 8192, 16384
     rows = []
     for mixer in mixers:
         keras.utils.set_random_seed(seed)
-        options = ({"block_size": ham_block_size}
-                   if mixer == "causal_hamburger" and ham_block_size else {})
+        options = {}
+        if mixer == "causal_hamburger":  # (only what differs from the layer's defaults)
+            options.update({"block_size": ham_block_size} if ham_block_size else {},
+                           **({"method": ham_method} if ham_method != "nmf" else {}))
         model = CausalLanguageModel(vocabulary_size=256, embed_dim=embed_dim,
                                     num_blocks=num_blocks, mixer=mixer, mixer_options=options)
         model.build((batch, 1))
@@ -142,7 +146,7 @@ def main(args):
     rows = run_generation(mixers=args.mixers, lengths=args.lengths, batch=args.batch,
                           embed_dim=args.embed_dim, num_blocks=args.num_blocks,
                           window=args.window, compiled=args.compiled,
-                          ham_block_size=args.ham_block_size)
+                          ham_block_size=args.ham_block_size, ham_method=args.ham_method)
     return report(rows, format_table(rows), args.json)
 
 
@@ -162,5 +166,7 @@ def add_arguments(parser):
                              "for the longest length)")
     parser.add_argument("--ham-block-size", type=positive_int,
                         help="the causal Hamburger's block_size (its blocked form)")
+    parser.add_argument("--ham-method", choices=["nmf", "vq"], default="nmf",
+                        help="the causal Hamburger's decomposition (default nmf)")
     parser.add_argument("--json", type=output_path,
                         help="write the rows as a JSON list to this path")
