@@ -309,7 +309,8 @@ position, at 6× the step (docs/operators/causal-hamburger.md), and is not an ar
 baseline is attention at the same context length. Step time is measured with another cell
 running beside it on a 2-core machine (about 1.8× a step alone there); peak memory is the
 training process's peak resident memory (runtime and data included). Half the CLI's batch
-and a third of its steps, so that the 24 cells fit about 6 CPU-hours.
+and a third of its steps: about 6 CPU-hours for the 24 cells, estimated from the step times
+measured at the CLI's batch (docs/operators/causal-hamburger.md), halved.
 """,
 )
 
