@@ -81,6 +81,7 @@ Its recurrent state is (A⁽ᵏ⁾, n⁽ᵏ⁾) for k = 1 … K: K·(d·r + r) n
 
 from keras import ops
 
+from kctx.ops.matrix_decomposition import _l2_normalize
 from kctx.validation import check_choice, check_positive_float, check_positive_int
 
 CAUSAL_METHODS = ("nmf", "vq")
@@ -440,19 +441,10 @@ def _exclusive_block_sums(values):
 # ---------------------------------------------------------------------------
 
 
-def _unit(t, axis=-1):
-    """``t`` divided by its L2 norm along ``axis`` (a zero vector stays zero)."""
-    squared = ops.sum(ops.square(t), axis=axis, keepdims=True)
-    return t * ops.rsqrt(ops.maximum(squared, UNIT_EPS ** 2))
-
-
-UNIT_EPS = 1e-12  # as the non-causal ham's normalisation (kctx.ops.matrix_decomposition)
-
-
 def _soft_assignment(x_unit, dictionary, temperature):
     """softmax_r(cos(x, D) / T) of unit rows ``x_unit`` (…, n, d) against D (…, d, r)
     (its columns normalised here), broadcasting: (…, n, r)."""
-    return ops.softmax(ops.matmul(x_unit, _unit(dictionary, axis=-2)) / temperature,
+    return ops.softmax(ops.matmul(x_unit, _l2_normalize(dictionary, axis=-2)) / temperature,
                        axis=-1)
 
 
@@ -509,7 +501,7 @@ def causal_vq(x, bases, steps=6, temperature=0.1, eps=1e-6, one_step_gradient=Tr
 def _causal_vq_chunk(x, bases, carry, steps, temperature, eps, one_step_gradient):
     """The per-position parallel form on the positions of ``x`` after a prefix whose sums
     are ``carry`` (None: no prefix); returns x̄ and the sums at the chunk's end."""
-    units = _unit(x)
+    units = _l2_normalize(x, axis=-1)
     per_position = ops.expand_dims(units, -2)  # (B, T, 1, d) against (B, T, d, r)
     dictionary, sums = bases, []
     for step in range(steps):
@@ -532,7 +524,7 @@ def _causal_vq_blocks(x, bases, block_size, steps, temperature, eps, one_step_gr
     """The blocked parallel form: the positions of block b assigned to D_b, fitted to the
     blocks before (D₀ for the first)."""
     blocks, first, unblock = _blocks(x, block_size)
-    units = _unit(blocks)
+    units = _l2_normalize(blocks, axis=-1)
     dictionary = bases
     for _ in range(steps):
         codes = _soft_assignment(units, dictionary, temperature)  # (B, T/L, L, r)
@@ -578,7 +570,7 @@ def causal_vq_step(x_t, bases, state, steps=6, temperature=0.1, eps=1e-6, block_
     _check_state(state, steps, block_size, "n⁽ᵏ⁾")
     x_t = ops.convert_to_tensor(x_t)
     bases = ops.cast(ops.convert_to_tensor(bases), x_t.dtype)
-    unit = ops.expand_dims(_unit(x_t), -2)  # (B, 1, d)
+    unit = ops.expand_dims(_l2_normalize(x_t, axis=-1), -2)  # (B, 1, d)
     initial = ops.broadcast_to(bases, (ops.shape(x_t)[0], *bases.shape))
     if block_size is not None:
         count, dictionaries = _block_dictionaries(state, steps, block_size, initial)
