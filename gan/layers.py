@@ -50,8 +50,9 @@ class UpSampling2D(keras.layers.UpSampling2D):
 
 
 def spectral_norm(layer):
-    """Wrap a Conv / Dense / Embedding in spectral normalisation."""
-    return SpectralNormalization(layer, name=f"sn_{layer.name}")
+    """Wrap a Conv / Dense / Embedding in spectral normalisation (computing in the
+    layer's dtype policy)."""
+    return SpectralNormalization(layer, name=f"sn_{layer.name}", dtype=layer.dtype_policy)
 
 
 def _moments(x, axes):
@@ -136,8 +137,9 @@ class ConditionalBatchNormalization(keras.layers.Layer):
         return config
 
 
-def conv(channels, kernel_size, name):
-    return spectral_norm(keras.layers.Conv2D(channels, kernel_size, padding="same", name=name))
+def conv(channels, kernel_size, name, dtype=None):
+    return spectral_norm(keras.layers.Conv2D(channels, kernel_size, padding="same", name=name,
+                                             dtype=dtype))
 
 
 def generator_block(x, labels, channels, num_classes, name):

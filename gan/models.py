@@ -53,7 +53,12 @@ def build_generator(config, context=None, name="generator"):
             x = context_layer(context, channels, "g_context")(x)
     x = ConditionalBatchNormalization(None, name="g_bn_out")(x)
     x = keras.layers.ReLU()(x)
-    x = conv(config.image_channels, 3, "g_conv_out")(x)
+    # The image's last map in float32, like its tanh (the Keras mixed-precision guide's
+    # float32 outputs; a few output channels, a negligible cost). Under mixed_bfloat16 it
+    # also avoids a PyTorch 2.13 CPU fault: without oneDNN's bfloat16 kernels (AMD EPYC),
+    # the gradient of a bfloat16 convolution with one output channel, in Keras's permuted
+    # kernel layout, raises "slow_conv2d: grad_weight must be contiguous".
+    x = conv(config.image_channels, 3, "g_conv_out", dtype="float32")(x)
     images = keras.layers.Activation("tanh", dtype="float32", name="images")(x)
     return keras.Model([z, labels], images, name=name)
 
