@@ -306,8 +306,11 @@ r = 16, K = 6, the one-step gradient), the same 1,000 AdamW steps on the same wi
 The Hamburger runs in its blocked form (a dictionary per block of 64 positions, fitted to
 the blocks before); its per-position form computes the same operator with a dictionary per
 position, at 6× the step (docs/operators/causal-hamburger.md), and is not an arm. The
-baseline is attention at the same context length. Step time is measured with another cell
-running beside it on a 2-core machine (about 1.8× a step alone there); peak memory is the
+baseline is attention at the same context length. Step time is each cell's training time
+per step as it ran: the cells run in parts across sessions and machines, some beside another
+cell on a 2-core machine (about 1.8× a step alone there for the Hamburger), some alone, so
+the column is a rough cost only; the step times measured alone, arm against arm on one
+machine, are in docs/operators/causal-hamburger.md. Peak memory is the
 training process's peak resident memory (runtime and data included). Half the CLI's batch
 and a third of its steps: about 6 CPU-hours for the 24 cells, estimated from the step times
 measured at the CLI's batch (docs/operators/causal-hamburger.md), halved.
