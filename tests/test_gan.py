@@ -71,6 +71,28 @@ def test_every_config_builds_and_trains(name):
     assert float(tf.reduce_max(tf.abs(sample))) <= 1.0
 
 
+def test_generator_computes_its_image_in_float32_under_mixed_bfloat16():
+    """Under mixed_bfloat16 the blocks compute in bfloat16 and the image's last convolution
+    and tanh in float32 (on PyTorch's CPU kernels without oneDNN bfloat16, the gradient of a
+    one-channel bfloat16 convolution fails: the GAN's killed and resumed PyTorch run)."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        generator = build_generator(get_config("digits"))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    last = generator.get_layer("sn_g_conv_out")
+    assert last.compute_dtype == last.layer.compute_dtype == "float32"
+    assert generator.get_layer("sn_g_block2_conv2").compute_dtype == "bfloat16"
+    z, labels = tf.random.normal((2, get_config("digits").latent_dim)), tf.constant([1, 7])
+    with tf.GradientTape() as tape:
+        images = generator([z, labels], training=True)
+        loss = tf.reduce_mean(images)
+    assert images.dtype == tf.float32
+    gradient = tape.gradient(loss, last.layer.kernel)
+    assert gradient.dtype == tf.float32 and np.isfinite(gradient.numpy()).all()
+
+
 def test_sagan_128_sizes():
     assert "imagenet128_hamgan_baby" in DISTINCT_CONFIGS
     assert "imagenet128_hamgan_strong" not in DISTINCT_CONFIGS
