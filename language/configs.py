@@ -4,6 +4,7 @@ and the optimisation."""
 import dataclasses
 
 from kctx.models import MIXERS
+from kctx.ops import CAUSAL_METHODS
 from kctx.training import (
     DTYPE_POLICIES,
     check_nonnegative,
@@ -31,6 +32,7 @@ class LanguageConfig:
         mlp_ratio: the MLP's hidden units per channel.
         rank: causal Hamburger: r, the dictionary atoms.
         ham_steps: causal Hamburger: K, the rounds of updates.
+        ham_method: causal Hamburger: nmf or vq, its matrix decomposition.
         latent_dim: causal Hamburger: d, the ham's channels (none: 2·C, so that its two
             breads have the parameters of attention's four C × C projections).
         num_heads: attention and linear attention: heads.
@@ -39,6 +41,8 @@ class LanguageConfig:
             parallel form (none: the Hamburger all at once, linear attention 64).
         block_size: causal Hamburger: L, positions that share a dictionary fitted to the
             blocks before theirs (none: a dictionary per position).
+        short_conv: k of a depthwise causal convolution before every block's mixer, as H3
+            and Mamba give their global mixers (none: no convolution).
         steps: training steps.
         batch_size: global batch size (sequences of T characters).
         learning_rate: AdamW's peak learning rate (cosine decay to 0 over the steps).
@@ -57,11 +61,13 @@ class LanguageConfig:
     mlp_ratio: int = 4
     rank: int = 16
     ham_steps: int = 6
+    ham_method: str = "nmf"
     latent_dim: int | None = None
     num_heads: int = 4
     kernel_size: int = 4
     chunk_size: int | None = None
     block_size: int | None = None
+    short_conv: int | None = None
     steps: int = 3000
     batch_size: int = 16
     learning_rate: float = 1e-3
@@ -75,20 +81,21 @@ class LanguageConfig:
     def __post_init__(self):
         check_one_of(self, "dtype_policy", DTYPE_POLICIES)
         check_one_of(self, "mixer", tuple(MIXERS))
+        check_one_of(self, "ham_method", CAUSAL_METHODS)
         check_positive(self, "context_length", "embed_dim", "num_blocks", "mlp_ratio", "rank",
                        "ham_steps", "num_heads", "kernel_size", "steps", "batch_size",
                        "checkpoint_every", "eval_batch_size")
         check_positive(self, "learning_rate", integer=False)
         check_nonnegative(self, "weight_decay", integer=False)
         check_nonnegative(self, "eval_every", "eval_characters")
-        for name in ("latent_dim", "chunk_size", "block_size"):
+        for name in ("latent_dim", "chunk_size", "block_size", "short_conv"):
             if getattr(self, name) is not None:
                 check_positive(self, name)
 
     def mixer_options(self):
         """The keyword arguments of the mixer's layer."""
         if self.mixer == "causal_hamburger":
-            return {"rank": self.rank, "steps": self.ham_steps,
+            return {"rank": self.rank, "steps": self.ham_steps, "method": self.ham_method,
                     "latent_dim": self.latent_dim or 2 * self.embed_dim,
                     "chunk_size": self.chunk_size, "block_size": self.block_size}
         if self.mixer == "attention":

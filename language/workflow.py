@@ -31,7 +31,8 @@ def build_model(config):
     model = CausalLanguageModel(vocabulary_size=VOCABULARY_SIZE, embed_dim=config.embed_dim,
                                 num_blocks=config.num_blocks, mixer=config.mixer,
                                 mixer_options=config.mixer_options(),
-                                mlp_ratio=config.mlp_ratio, name="language_model")
+                                mlp_ratio=config.mlp_ratio, short_conv=config.short_conv,
+                                name="language_model")
     model.build((None, config.context_length))
     schedule = keras.optimizers.schedules.CosineDecay(config.learning_rate, config.steps)
     model.compile(optimizer=keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay,

@@ -64,7 +64,7 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
                 "wall_seconds": cell["total_wall_seconds"],
                 "train_seconds": timing.get("train_seconds"),
                 "resumed": cell.get("resumed", False),
-                "config_hash": config_hash(record["config"]),
+                "config_hash": None,  # set below, over the fields that tell runs apart
                 "config": record["config"],
                 "versions": record.get("versions", {}),
                 "git": record.get("git", {}),
@@ -83,7 +83,25 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
         found.add((run["arm"], run["seed"]))
     order = {arm.name: position for position, arm in enumerate(study.arms)}
     runs.sort(key=lambda run: (order[run["arm"]], run["seed"]))
+    added = fields_added_since(runs)
+    for run in runs:
+        run["config_hash"] = config_hash(
+            {key: value for key, value in run["config"].items() if key not in added})
     return runs, dropped
+
+
+def fields_added_since(runs):
+    """The config fields that some runs record and others do not, with one value wherever
+    they are recorded: fields a later version of the workflow added (at the value that
+    computes what the earlier runs computed), left out of the runs' config hashes so that
+    runs of the same settings across versions hash alike. A field with two values among
+    the runs tells them apart and stays in."""
+    keys = [set(run["config"]) for run in runs]
+    if not keys:
+        return set()
+    partial = set.union(*keys) - set.intersection(*keys)
+    return {key for key in partial if len({json.dumps(run["config"][key]) for run in runs
+                                           if key in run["config"]}) == 1}
 
 
 def previous_runs(study, output_dir=DEFAULT_OUTPUT_DIR):

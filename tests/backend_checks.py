@@ -160,13 +160,15 @@ def test_causal_ham_is_causal_recurrent_and_trains():
 
 def test_language_model_scores_as_it_steps_with_every_mixer():
     """The decoder language model with each token mixer: scoring (the parallel forms) equals
-    stepping (the recurrent forms), a fit step, and generation."""
+    stepping (the recurrent forms), a fit step, and generation; linear attention's with the
+    short convolution before it (a block state of two states)."""
     from kctx.models import MIXERS, CausalLanguageModel
 
     text = rng.integers(0, 11, (2, 6)).astype("int32")
     for mixer in MIXERS:
-        language_model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=1,
-                                             mixer=mixer)
+        language_model = CausalLanguageModel(
+            vocabulary_size=11, embed_dim=8, num_blocks=1, mixer=mixer,
+            short_conv=3 if mixer == "linear_attention" else None)
         logits = keras.ops.convert_to_numpy(language_model(text))
         # Attention's cache growing a position a step (capacity None), then allocated for 8
         # positions (one shape for every step), as one compiled program on JAX. On JAX only

@@ -18,6 +18,7 @@ MIXER_LAYERS = {
     "attention": lambda: CausalSelfAttention(num_heads=2),
     "linear_attention": lambda: CausalLinearAttention(num_heads=2, chunk_size=3),
     "causal_conv": lambda: CausalConv1D(kernel_size=3),
+    "causal_conv-depthwise": lambda: CausalConv1D(kernel_size=3, depthwise=True),
     "causal_hamburger": lambda: CausalHamburger(rank=3, steps=2, norm="layer"),
 }
 
@@ -61,9 +62,31 @@ def test_mixer_is_causal_and_its_recurrent_form_is_its_parallel_form(name):
     (CausalSelfAttention, {"num_heads": 2}),
     (CausalLinearAttention, {"num_heads": 2, "key_dim": 3, "chunk_size": 4}),
     (CausalConv1D, {"kernel_size": 3}),
-], ids=["attention", "linear_attention", "causal_conv"])
+    (CausalConv1D, {"kernel_size": 3, "depthwise": True}),
+], ids=["attention", "linear_attention", "causal_conv", "causal_conv-depthwise"])
 def test_mixer_layer_standards(layer_cls, kwargs):
     run_layer_test(layer_cls, kwargs, (2, 6, 8), variable_spatial_dims=False)
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["full", "depthwise"])
+def test_causal_convolution_is_its_definition(depthwise):
+    """y_t = Σ_{i<k} W_i x_{t−i} + b (zeros before the first position), with W_i (C, C), or
+    per channel w_i ⊙ x_{t−i}; Keras's layout: kernel[k − 1 − i] multiplies x_{t−i}."""
+    layer = CausalConv1D(kernel_size=3, depthwise=depthwise)
+    x = RNG.standard_normal((2, 7, 5)).astype("float32")
+    layer(x)
+    layer.set_weights([w + RNG.standard_normal(w.shape).astype("float32")
+                       for w in layer.get_weights()])  # a non-zero bias too
+    kernel, bias = (np.asarray(w, np.float64) for w in layer.get_weights())
+    expected = np.zeros((2, 7, 5)) + bias
+    for t in range(7):
+        for i in range(3):
+            if t - i >= 0:
+                tap = kernel[2 - i]
+                expected[:, t] += (x[:, t - i] * tap[:, 0] if depthwise
+                                   else x[:, t - i] @ tap)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x)), expected, rtol=1e-5, atol=1e-5)
+    assert kernel.shape == ((3, 5, 1) if depthwise else (3, 5, 5))
 
 
 def test_attention_cache_grows_and_linear_state_does_not():
@@ -89,11 +112,16 @@ LANGUAGE_MIXERS = {"causal_hamburger": {"rank": 3, "steps": 2}, "attention": {"n
 @pytest.mark.parametrize("mixer,options", [
     *sorted(LANGUAGE_MIXERS.items()),
     ("causal_hamburger", {"rank": 3, "steps": 2, "method": "vq", "block_size": 3}),
-], ids=[*sorted(LANGUAGE_MIXERS), "causal_hamburger-vq-blocks"])
+    ("causal_hamburger", {"rank": 3, "steps": 2, "short_conv": 3}),
+    ("attention", {"num_heads": 2, "short_conv": 2}),
+], ids=[*sorted(LANGUAGE_MIXERS), "causal_hamburger-vq-blocks", "causal_hamburger-short_conv",
+        "attention-short_conv"])
 def test_language_model_generates_what_it_scores(mixer, options, tmp_path):
     assert set(LANGUAGE_MIXERS) == set(MIXERS)  # every mixer is tested
+    options = dict(options)
+    short_conv = options.pop("short_conv", None)
     model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=2, mixer=mixer,
-                                mixer_options=options)
+                                mixer_options=options, short_conv=short_conv)
     tokens = RNG.integers(0, 11, (2, 7)).astype("int32")
     logits = ops.convert_to_numpy(model(tokens))
     assert logits.shape == (2, 7, 11)

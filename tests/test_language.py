@@ -72,8 +72,17 @@ def test_tiny_run_trains_resumes_rescores_and_generates(tmp_path):
 
 def test_every_mixer_has_its_options_and_bad_settings_are_named():
     assert get_config("stdlib", mixer="causal_hamburger").mixer_options() == {
-        "rank": 16, "steps": 6, "latent_dim": 256, "chunk_size": None, "block_size": None}
+        "rank": 16, "steps": 6, "method": "nmf", "latent_dim": 256, "chunk_size": None,
+        "block_size": None}
     assert get_config("stdlib", block_size=64).mixer_options()["block_size"] == 64
+    assert get_config("stdlib", ham_method="vq").mixer_options()["method"] == "vq"
+    # The short convolution before every block's mixer: k·C + C weights a block.
+    from language.workflow import build_model
+
+    tiny = dict(embed_dim=8, num_blocks=2, context_length=16, mixer="linear_attention")
+    plain, local = (build_model(get_config("stdlib", **tiny, short_conv=k)) for k in (None, 3))
+    assert local.count_params() - plain.count_params() == 2 * (3 * 8 + 8)
+    assert local.blocks[0].short_convolution.depthwise and plain.blocks[0].short_convolution is None
     assert get_config("stdlib", mixer="linear_attention").mixer_options()["chunk_size"] == 64
     assert get_config("stdlib_2048").context_length == 2048
     with pytest.raises(ValueError, match="Received: mixer='lstm'"):
@@ -82,6 +91,10 @@ def test_every_mixer_has_its_options_and_bad_settings_are_named():
         get_config("stdlib", context_length=0)
     with pytest.raises(ValueError, match="Received: block_size=0"):
         get_config("stdlib", block_size=0)
+    with pytest.raises(ValueError, match="Received: short_conv=0"):
+        get_config("stdlib", short_conv=0)
+    with pytest.raises(ValueError, match="Received: ham_method='cd'"):
+        get_config("stdlib", ham_method="cd")
 
 
 def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from studies import STUDIES, Arm, Evaluation, Metric, Study, describe, paired
-from studies.report import report
+from studies.report import fields_added_since, report
 from studies.run import CellError, cell_state, run_study
 from studies.study import Pretraining, config_flags, parse_seeds, reported_cells
 
@@ -271,13 +271,20 @@ def test_report_keeps_earlier_runs_whose_cells_are_unchanged(tmp_path):
     first = report(study, runs, out, png=False)
     assert first["missing"] == [["base", 2], ["psf", 2]] and first["dropped"] == []
     shutil.rmtree(runs / "fake" / "psf")  # this machine has only the base arm's folders
+    # Its run from a later version, whose config has a field the earlier runs lack (at the
+    # value that computes what they computed): the same settings, the same config hash.
     base, directory = study.arm("base"), study.cell_dir(runs, study.arm("base"), 2)
-    _fake_cell(directory, 2, {"accuracy": 0.7}, {"model": "base"},
+    _fake_cell(directory, 2, {"accuracy": 0.7}, {"model": "base", "short_conv": None},
                ["python", *study.train_command(base, 2, directory)])
     second = report(study, runs, out, png=False)
     assert [(r["arm"], r["seed"]) for r in second["runs"]] == [
         ("base", 0), ("base", 1), ("base", 2), ("psf", 0), ("psf", 1)]
     assert second["runs"][3:] == first["runs"][2:]
+    assert len({r["config_hash"] for r in second["runs"][:3]}) == 1
+    assert second["runs"][0]["config_hash"] != second["runs"][3]["config_hash"]
+    # A field with two values among the runs tells them apart.
+    assert fields_added_since([{"config": {"a": 1}}, {"config": {"a": 1, "k": None}},
+                               {"config": {"a": 1, "k": 4}}]) == set()
     assert second["missing"] == [["psf", 2]]
     assert second["arms"]["psf"]["vs_baseline"]["accuracy"]["mean_diff"] == pytest.approx(0.2)
     assert report(study, runs, tmp_path / "alone", png=False,

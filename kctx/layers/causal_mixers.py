@@ -221,9 +221,15 @@ class CausalConv1D(keras.layers.Layer):
     a convolution-only baseline, which sees the last ``kernel_size`` positions only. The
     recurrent form's state is the last k − 1 inputs.
 
+    ``depthwise=True`` mixes each channel over positions on its own,
+    y_t = Σ_{i<k} w_i ⊙ x_{t−i} + b (k·C weights instead of k·C²): the short convolution
+    that H3 and Mamba put before their global token mixers, which
+    :class:`~kctx.models.DecoderBlock` puts before any mixer (``short_conv``).
+
     Args:
         kernel_size: k.
-        kernel_initializer: of the (k, C, C) kernel.
+        kernel_initializer: of the (k, C, C) kernel, or the (k, C, 1) depthwise one.
+        depthwise: one filter per channel (Keras's depthwise kernel layout).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -240,25 +246,48 @@ class CausalConv1D(keras.layers.Layer):
 
     Reference:
         van den Oord et al., "WaveNet: A Generative Model for Raw Audio", 2016 (causal
-        convolutions).
+        convolutions); Fu et al., "Hungry Hungry Hippos: Towards Language Modeling with
+        State Space Models", ICLR 2023, and Gu & Dao, "Mamba: Linear-Time Sequence Modeling
+        with Selective State Spaces", 2023 (the depthwise short convolution).
     """
 
-    def __init__(self, kernel_size=4, kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, kernel_size=4, kernel_initializer="glorot_uniform", depthwise=False,
+                 **kwargs):
         super().__init__(**kwargs)
         check_positive_int("kernel_size", kernel_size)
         self.kernel_size = kernel_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.depthwise = bool(depthwise)
 
     def build(self, input_shape):
         _, channels = check_sequence_input(self, input_shape, length_known=False)
         self._channels = channels
+        if self.depthwise:
+            self.kernel = self.add_weight(name="kernel", shape=(self.kernel_size, channels, 1),
+                                          initializer=self.kernel_initializer)
+            self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
+            return
         self.conv = keras.layers.Conv1D(channels, self.kernel_size, padding="causal",
                                         kernel_initializer=self.kernel_initializer,
                                         dtype=self.dtype_policy, name="conv")
         self.conv.build(input_shape)
 
     def call(self, inputs):
-        return self.conv(inputs)
+        if not self.depthwise:
+            return self.conv(inputs)
+        # The k − 1 positions before the first are zeros, as Keras's causal padding.
+        padded = ops.pad(inputs, [[0, 0], [self.kernel_size - 1, 0], [0, 0]])
+        outputs = ops.depthwise_conv(padded, ops.cast(self.kernel, inputs.dtype), 1, "valid")
+        return outputs + ops.cast(self.bias, outputs.dtype)
+
+    @property
+    def _kernel(self):
+        """The (k, C, C) kernel, or the (k, C) depthwise one."""
+        return self.kernel[..., 0] if self.depthwise else self.conv.kernel
+
+    @property
+    def _bias(self):
+        return self.bias if self.depthwise else self.conv.bias
 
     def initial_state(self, batch_size, capacity=None):
         """The k − 1 positions before the first: zeros (batch, k − 1, C), as the causal
@@ -269,8 +298,9 @@ class CausalConv1D(keras.layers.Layer):
     def step(self, inputs, state):
         """The output at one position (batch, C) from it and the k − 1 before."""
         window = ops.concatenate([state[0], ops.expand_dims(inputs, 1)], axis=1)
-        outputs = ops.einsum("bkc,kcd->bd", window, ops.cast(self.conv.kernel, window.dtype))
-        outputs = outputs + ops.cast(self.conv.bias, outputs.dtype)
+        kernel = ops.cast(self._kernel, window.dtype)
+        outputs = ops.einsum("bkc,kc->bc" if self.depthwise else "bkc,kcd->bd", window, kernel)
+        outputs = outputs + ops.cast(self._bias, outputs.dtype)
         return outputs, (window[:, 1:],)
 
     def compute_output_shape(self, input_shape):
@@ -279,5 +309,6 @@ class CausalConv1D(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(kernel_size=self.kernel_size,
-                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
+                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+                      depthwise=self.depthwise)
         return config

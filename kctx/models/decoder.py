@@ -18,13 +18,17 @@ MIXERS = {"causal_hamburger": CausalHamburger, "attention": CausalSelfAttention,
 @keras.saving.register_keras_serializable(package="kctx")
 class DecoderBlock(keras.layers.Layer):
     """A pre-norm decoder block: x + mixer(LN(x)), then x + MLP(LN(x)) with a GELU MLP of
-    ``mlp_ratio``·C hidden units.
+    ``mlp_ratio``·C hidden units. With ``short_conv=k`` the mixer's input first goes through
+    a depthwise causal convolution over the last k positions, x + mixer(conv_k(LN(x))): the
+    local mixing that H3 and Mamba give their global mixers (and RWKV's token shift, k = 2),
+    k·C + C weights.
 
     Args:
         mixer: a name of :data:`MIXERS`.
         mixer_options: keyword arguments of the mixer's class (the causal Hamburger's
             ``residual`` is ``False``: the block adds the residual).
         mlp_ratio: hidden units of the MLP per channel.
+        short_conv: k of the depthwise causal convolution before the mixer, or ``None``.
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -36,17 +40,23 @@ class DecoderBlock(keras.layers.Layer):
         (2, 5, 8)
     """
 
-    def __init__(self, mixer="attention", mixer_options=None, mlp_ratio=4, **kwargs):
+    def __init__(self, mixer="attention", mixer_options=None, mlp_ratio=4, short_conv=None,
+                 **kwargs):
         super().__init__(**kwargs)
         check_choice("mixer", mixer, tuple(MIXERS))
         check_positive_int("mlp_ratio", mlp_ratio)
+        if short_conv is not None:
+            check_positive_int("short_conv", short_conv)
         self.mixer_name = mixer
         self.mixer_options = dict(mixer_options or {})
         self.mlp_ratio = mlp_ratio
+        self.short_conv = short_conv
         options = dict(self.mixer_options)
         if mixer == "causal_hamburger":
             options.setdefault("residual", False)
         self.mixer = MIXERS[mixer](**options, dtype=self.dtype_policy, name="mixer")
+        self.short_convolution = None if short_conv is None else CausalConv1D(
+            short_conv, depthwise=True, dtype=self.dtype_policy, name="short_conv")
 
     def build(self, input_shape):
         channels = int(input_shape[-1])
@@ -60,6 +70,8 @@ class DecoderBlock(keras.layers.Layer):
                                              name="mlp_output")
         for layer in (self.mixer_norm, self.mixer, self.mlp_norm):
             layer.build(input_shape)
+        if self.short_convolution is not None:
+            self.short_convolution.build(input_shape)
         self.mlp_hidden.build(input_shape)
         self.mlp_output.build((*input_shape[:-1], self.mlp_ratio * channels))
 
@@ -67,17 +79,30 @@ class DecoderBlock(keras.layers.Layer):
         return x + self.mlp_output(self.mlp_hidden(self.mlp_norm(x)))
 
     def call(self, inputs):
-        return self._mlp(inputs + self.mixer(self.mixer_norm(inputs)))
+        x = self.mixer_norm(inputs)
+        if self.short_convolution is not None:
+            x = self.short_convolution(x)
+        return self._mlp(inputs + self.mixer(x))
 
     def initial_state(self, batch_size, capacity=None):
         """The mixer's state before the first position (``capacity``: the positions an
-        attention cache of fixed size holds, for compiled steps)."""
-        return self.mixer.initial_state(batch_size, capacity)
+        attention cache of fixed size holds, for compiled steps); with ``short_conv``,
+        ``(its k − 1 inputs, the mixer's state)``."""
+        state = self.mixer.initial_state(batch_size, capacity)
+        if self.short_convolution is None:
+            return state
+        return self.short_convolution.initial_state(batch_size), state
 
     def step(self, inputs, state):
         """The block at one position (batch, C); returns ``(outputs, state)``."""
-        mixed, state = self.mixer.step(self.mixer_norm(inputs), state)
-        return self._mlp(inputs + mixed), state
+        x = self.mixer_norm(inputs)
+        if self.short_convolution is None:
+            mixed, state = self.mixer.step(x, state)
+            return self._mlp(inputs + mixed), state
+        local_state, mixer_state = state
+        x, local_state = self.short_convolution.step(x, local_state)
+        mixed, mixer_state = self.mixer.step(x, mixer_state)
+        return self._mlp(inputs + mixed), (local_state, mixer_state)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -85,7 +110,7 @@ class DecoderBlock(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(mixer=self.mixer_name, mixer_options=self.mixer_options,
-                      mlp_ratio=self.mlp_ratio)
+                      mlp_ratio=self.mlp_ratio, short_conv=self.short_conv)
         return config
 
 
@@ -111,6 +136,8 @@ class CausalLanguageModel(keras.Model):
         mixer: a name of :data:`MIXERS`.
         mixer_options: keyword arguments of the mixer's class.
         mlp_ratio: the blocks' MLP hidden units per channel.
+        short_conv: k of the blocks' depthwise causal convolution before the mixer (H3's and
+            Mamba's short convolution), or ``None``.
         **kwargs: ``keras.Model`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -131,7 +158,8 @@ class CausalLanguageModel(keras.Model):
     """
 
     def __init__(self, vocabulary_size=256, embed_dim=128, num_blocks=4,
-                 mixer="causal_hamburger", mixer_options=None, mlp_ratio=4, **kwargs):
+                 mixer="causal_hamburger", mixer_options=None, mlp_ratio=4, short_conv=None,
+                 **kwargs):
         super().__init__(**kwargs)
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("embed_dim", embed_dim)
@@ -142,9 +170,10 @@ class CausalLanguageModel(keras.Model):
         self.mixer_name = mixer
         self.mixer_options = dict(mixer_options or {})
         self.mlp_ratio = mlp_ratio
+        self.short_conv = short_conv
         self.embedding = keras.layers.Embedding(vocabulary_size, embed_dim,
                                                 dtype=self.dtype_policy, name="embedding")
-        self.blocks = [DecoderBlock(mixer, self.mixer_options, mlp_ratio,
+        self.blocks = [DecoderBlock(mixer, self.mixer_options, mlp_ratio, short_conv,
                                     dtype=self.dtype_policy, name=f"block_{index}")
                        for index in range(num_blocks)]
         self.final_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy,
@@ -226,5 +255,6 @@ class CausalLanguageModel(keras.Model):
         config = super().get_config()
         config.update(vocabulary_size=self.vocabulary_size, embed_dim=self.embed_dim,
                       num_blocks=self.num_blocks, mixer=self.mixer_name,
-                      mixer_options=self.mixer_options, mlp_ratio=self.mlp_ratio)
+                      mixer_options=self.mixer_options, mlp_ratio=self.mlp_ratio,
+                      short_conv=self.short_conv)
         return config

@@ -2,6 +2,7 @@
 
 from kctx.ops.attention import attention_2d, multi_head_attention, unfold
 from kctx.ops.causal_decomposition import (
+    CAUSAL_METHODS,
     causal_nmf,
     causal_nmf_step,
     causal_vq,
@@ -39,6 +40,7 @@ from kctx.ops.replicas import cross_replica_mean, synchronized_batch_norm
 from kctx.ops.resize import resize_bilinear
 
 __all__ = [
+    "CAUSAL_METHODS",
     "KRONECKER_MODES",
     "at_least",
     "attention_2d",
