@@ -303,7 +303,10 @@ and a causal convolution (k = 4), at 512 and 2,048 characters of context with th
 MLPs and parameters (each mixer 4·C² weights: the Hamburger's ham has d = 2·C channels,
 r = 16, K = 6, the one-step gradient), the same 1,000 AdamW steps on the same windows
 (seed by seed), scored in bits per character on the first 200,000 held-out characters.
-The Hamburger runs in its blocked form (a dictionary per block of 64 positions, fitted to
+The params column counts every weight: the Hamburger's include its fixed initial
+dictionaries D₀ (d × r = 256 × 16 in each of the 4 blocks, 16,384 numbers, not trained), so
+it trains 858,624 weights against attention's and linear attention's 859,136 and the
+convolution's 857,600. The Hamburger runs in its blocked form (a dictionary per block of 64 positions, fitted to
 the blocks before); its per-position form computes the same operator with a dictionary per
 position, at 6× the step (docs/operators/causal-hamburger.md), and is not an arm. The
 baseline is attention at the same context length. Step time is each cell's training time
