@@ -7,7 +7,7 @@ segmentation-digits cell took 427 s on average on an AMD EPYC machine and
 time and CPU). ``smoke`` is a one-minute check of the machinery itself.
 """
 
-from studies.study import Arm, Evaluation, Metric, Pretraining, Study
+from studies.study import Arm, Curve, Evaluation, Metric, Pretraining, Study
 
 PARAMS = Metric("params", "params", "results.json", "params", digits=0)
 STEP_TIME = Metric("seconds_per_step", "s/step", "timing.json", "seconds_per_step", digits=3)
@@ -287,6 +287,9 @@ def _language_arms():
                  for mixer, options, label in LANGUAGE_MIXERS)
 
 
+# The training loss in bits per character, the mean over each 250-step interval.
+TRAINING_BITS = Curve("bits_per_character", "Training bits/char", digits=3)
+
 LANGUAGE_STDLIB = Study(
     name="language-stdlib", workflow="language", config="stdlib",
     arms=_language_arms(),
@@ -295,6 +298,7 @@ LANGUAGE_STDLIB = Study(
     metrics=(Metric("bits_per_character", "bits/char", "results.json", "bits_per_character",
                     better="lower", digits=4),
              PARAMS, STEP_TIME, PEAK_MEMORY),
+    curves=(TRAINING_BITS,),
     description="""
 The causal Hamburger (kctx's, not in the papers) as the token mixer of a character-level
 decoder, against causal softmax attention, linear attention (Katharopoulos et al., 2020)
@@ -333,6 +337,7 @@ LANGUAGE_STDLIB_SHORT_CONV = Study(
     baseline="attention-short_conv", seeds=(0, 1, 2),
     overrides={"steps": 1000, "checkpoint_every": 250},
     metrics=LANGUAGE_STDLIB.metrics,
+    curves=LANGUAGE_STDLIB.curves,
     description="""
 language-stdlib's first seed left its global mixers far behind the causal convolution
 after 1,000 steps (3.4–3.6 bits per character against 2.2 at T = 512): without a position

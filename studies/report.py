@@ -61,6 +61,7 @@ def collect(study, runs_dir=DEFAULT_RUNS_DIR, previous=()):
                 "arm": arm.name, "seed": seed,
                 "run_dir": str(directory),
                 "metrics": {metric.name: metric.read(directory) for metric in study.metrics},
+                "curves": {curve.column: curve.read(directory) for curve in study.curves},
                 "wall_seconds": cell["total_wall_seconds"],
                 "train_seconds": timing.get("train_seconds"),
                 "resumed": cell.get("resumed", False),
@@ -111,7 +112,8 @@ def previous_runs(study, output_dir=DEFAULT_OUTPUT_DIR):
 
 def summarize(study, runs, confidence=CONFIDENCE):
     """Per arm: each metric's :func:`stats.describe` and, for quality metrics, the
-    :func:`stats.paired` comparison with the arm's baseline."""
+    :func:`stats.paired` comparison with the arm's baseline; with the study's curves,
+    ``curves`` (:func:`summarize_curves`)."""
     values = {arm.name: {m.name: {} for m in study.metrics} for arm in study.arms}
     for run in runs:
         for name, value in run["metrics"].items():
@@ -134,7 +136,46 @@ def summarize(study, runs, confidence=CONFIDENCE):
                         values[arm.name][metric.name], values[baseline.name][metric.name],
                         confidence)
         arms[arm.name] = entry
+    if study.curves:
+        for name, curves in summarize_curves(study, runs).items():
+            arms[name]["curves"] = curves
     return arms
+
+
+def summarize_curves(study, runs):
+    """Per arm and :class:`~studies.study.Curve`: at each step any run of the study
+    reached, ``n`` (the arm's runs with a value there), ``mean`` over them and, for an arm
+    with a baseline, ``vs_baseline``: ``n`` (the seeds both arms have there) and
+    ``mean_diff`` (arm − baseline over those seeds; ``None`` without one)."""
+    values = {}  # (arm, column) -> {step: {seed: value}}
+    for run in runs:
+        for column, points in run.get("curves", {}).items():
+            for step, value in points:
+                values.setdefault((run["arm"], column), {}).setdefault(step, {})[
+                    run["seed"]] = value
+    result = {}
+    for arm in study.arms:
+        baseline = study.baseline_of(arm)
+        result[arm.name] = {}
+        for curve in study.curves:
+            steps = sorted({step for (name, column), by_step in values.items()
+                            if column == curve.column for step in by_step})
+            own = values.get((arm.name, curve.column), {})
+            other = values.get((baseline.name, curve.column), {}) if baseline else {}
+            entries = []
+            for step in steps:
+                seeds = own.get(step, {})
+                entry = {"step": step, "n": len(seeds),
+                         "mean": stats.describe(list(seeds.values()))["mean"]}
+                if baseline:
+                    both = sorted(set(seeds) & set(other.get(step, {})))
+                    entry["vs_baseline"] = {
+                        "n": len(both),
+                        "mean_diff": float(sum(seeds[s] - other[step][s] for s in both)
+                                           / len(both)) if both else None}
+                entries.append(entry)
+            result[arm.name][curve.column] = entries
+    return result
 
 
 def _fmt(value, digits):
@@ -267,6 +308,7 @@ def markdown(study, runs, arms, runs_dir, missing, confidence=CONFIDENCE, droppe
                     f"| {entry['label']} | {arms[entry['baseline']]['label']} | {metric.label} "
                     f"| {_fmt(comparison['mean_diff'], metric.digits)}{interval} | {p} | "
                     f"{comparison['n']} | {_verdict(metric, comparison)} |")
+    lines += _curve_lines(study, arms)
     lines += ["", "## Runs", "", "| arm | seed | " + " | ".join(m.label for m in study.metrics)
               + " | wall s | CPU | config hash |", "|---|---|" + "---|" * (len(study.metrics) + 3)]
     metric_digits = {m.name: m.digits for m in study.metrics}
@@ -322,6 +364,33 @@ def _summary(study, arms, level):
     return lines + [""]
 
 
+def _curve_lines(study, arms):
+    """Per curve, a table: a row per arm, a column per checkpoint step, each cell the
+    arm's mean over its seeds and its mean paired difference from its baseline."""
+    lines = []
+    for curve in study.curves:
+        steps = [entry["step"] for entry in arms[study.arms[0].name]["curves"][curve.column]]
+        if not steps:
+            continue
+        lines += ["", f"## {curve.label} along training", "",
+                  f"`history.csv`'s `{curve.column}` at each checkpoint step: the arm's mean "
+                  "over its seeds (Δ: its mean paired difference from the arm's baseline over "
+                  "the seeds both have there).", "",
+                  "| arm | n | " + " | ".join(f"{step:,}" for step in steps) + " |",
+                  "|---|---|" + "---|" * len(steps)]
+        for arm in study.arms:
+            entry = arms[arm.name]
+            cells = []
+            for point in entry["curves"][curve.column]:
+                text = _fmt(point["mean"], curve.digits)
+                difference = point.get("vs_baseline", {}).get("mean_diff")
+                if difference is not None:
+                    text += f" (Δ {difference:+.{curve.digits}f})"
+                cells.append(text)
+            lines.append(f"| {entry['label']} | {entry['n']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _missing_text(study, missing):
     """``seeds 3, 4 (every arm), aspp seed 2``."""
     by_seed = {}
@@ -356,22 +425,40 @@ def _seeds(seeds):
 
 
 def plot(study, runs, arms, path):
-    """Per quality metric: each seed's value (dots) and each arm's mean with its interval."""
+    """Per quality metric: each seed's value (dots) and each arm's mean with its interval;
+    per curve, each arm's mean along the steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     quality = [m for m in study.metrics if m.better]
-    if not quality:
+    curves = [c for c in study.curves
+              if any(arms[a.name]["curves"][c.column] for a in study.arms)]
+    panels = len(quality) + len(curves)
+    if not panels:
         return None
-    columns = min(2, len(quality))
-    rows = -(-len(quality) // columns)
+    columns = min(2, panels)
+    rows = -(-panels // columns)
     width = max(4.5, 0.6 * len(study.arms) + 1.5)
     figure, axes = plt.subplots(rows, columns, figsize=(width * columns, 3.8 * rows),
                                 squeeze=False)
-    for axis in axes.flat[len(quality):]:
+    for axis in axes.flat[panels:]:
         axis.set_visible(False)
+    for axis, curve in zip(axes.flat[len(quality):], curves):
+        axis.axhline(0.0, color="0.2", linewidth=1)
+        for position, arm in enumerate(study.arms):
+            points = [(p["step"], p["vs_baseline"]["mean_diff"])
+                      for p in arms[arm.name]["curves"][curve.column]
+                      if p.get("vs_baseline", {}).get("mean_diff") is not None]
+            if points:
+                axis.plot(*zip(*points), marker="o", markersize=3,
+                          color=f"C{position % 10}", label=arms[arm.name]["label"])
+        axis.set_xlabel("step")
+        axis.set_title(f"{curve.label}: Δ from the arm's baseline along training",
+                       fontsize=10)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for axis, metric in zip(axes.flat, quality):
         for position, arm in enumerate(study.arms):
             points = [(r["seed"], r["metrics"][metric.name]) for r in runs

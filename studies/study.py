@@ -153,6 +153,41 @@ class Metric:
 
 
 @dataclasses.dataclass(frozen=True)
+class Curve:
+    """A number along each run: a column of its ``history.csv`` at every checkpoint step
+    (a training metric there is the mean over the interval's steps, a ``val_*`` one the
+    held-out score at the step). The report gives each arm's mean over seeds at each step
+    and its paired difference from the arm's baseline, as a table and a plot: whether a
+    gap between arms opens or closes as training goes on.
+
+    Args:
+        column: the ``history.csv`` column (``loss``, ``bits_per_character``,
+            ``val_miou``, ...).
+        label: its title in tables and plots.
+        digits: decimals in the Markdown table.
+    """
+
+    column: str
+    label: str
+    digits: int = 4
+
+    def read(self, directory):
+        """``[[step, value], ...]`` of the run in ``directory``, in step order (rows where
+        the column is empty or not finite are left out; ``[]`` without a history)."""
+        path = pathlib.Path(directory) / "history.csv"
+        if not path.exists():
+            return []
+        points = []
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get(self.column) not in (None, ""):
+                    value = float(row[self.column])
+                    if math.isfinite(value):
+                        points.append([int(row["step"]), value])
+        return sorted(points)
+
+
+@dataclasses.dataclass(frozen=True)
 class Study:
     """A named grid of arms × seeds over one workflow.
 
@@ -170,6 +205,7 @@ class Study:
             arms each names).
         description: what the study asks, and the paper claim it tests.
         pretraining: the :class:`Pretraining` runs arms start from.
+        curves: the :class:`Curve` s reported along the runs.
     """
 
     name: str
@@ -183,6 +219,7 @@ class Study:
     evaluations: tuple = ()
     description: str = ""
     pretraining: tuple = ()
+    curves: tuple = ()
 
     def __post_init__(self):
         names = [arm.name for arm in self.arms]
@@ -202,6 +239,10 @@ class Study:
                 raise ValueError(f"study {self.name!r}: arm {arm.name!r} is compared with "
                                  f"{arm.baseline or self.baseline!r}, which is not an arm. "
                                  f"Valid: {', '.join(names)}")
+        columns = [curve.column for curve in self.curves]
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"study {self.name!r}: a history column is given two curves. "
+                             f"Received: {columns}")
         for evaluation in self.evaluations:
             unknown = sorted(set(evaluation.arms or ()) - set(names))
             if unknown:

@@ -17,7 +17,7 @@ from scipy import stats as scipy_stats
 from studies import STUDIES, Arm, Evaluation, Metric, Study, describe, paired
 from studies.report import fields_added_since, report
 from studies.run import CellError, cell_state, run_study
-from studies.study import Pretraining, config_flags, parse_seeds, reported_cells
+from studies.study import Curve, Pretraining, config_flags, parse_seeds, reported_cells
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -252,6 +252,50 @@ def test_report_of_fabricated_runs(tmp_path):
     assert "| One | `--arm one`: `--config temporal_order --model psf` | 1 |" in text
     assert "config `adding` (an arm's own config is in its setting)" in text
     assert (tmp_path / "out" / "fake.png").stat().st_size > 0
+
+
+def test_report_follows_curves_along_training(tmp_path):
+    """A curve is a history column at each checkpoint step: each arm's mean over its seeds
+    and its mean paired difference from its baseline over the seeds both have there (a
+    step one run lacks, an empty value and a run without a history are left out); the
+    runs keep their points, and an earlier report's runs carry them."""
+    study = Study("fake", "sequence", "adding", (Arm("base"), Arm("psf", {"model": "psf"})),
+                  baseline="base", seeds=(0, 1),
+                  metrics=(Metric("accuracy", "acc", "results.json", "accuracy", "higher"),),
+                  curves=(Curve("loss", "Training loss", digits=2),))
+    histories = {("base", 0): "step,loss\n10,2.0\n20,1.0\n",
+                 ("base", 1): "step,loss\n10,3.0\n20,\n",  # no value at step 20
+                 ("psf", 0): "step,loss\n10,1.5\n20,0.25\n30,0.125\n",
+                 ("psf", 1): None}  # no history.csv
+    runs = tmp_path / "runs"
+    for (name, seed), history in histories.items():
+        arm = study.arm(name)
+        directory = study.cell_dir(runs, arm, seed)
+        _fake_cell(directory, seed, {"accuracy": 0.5}, {"model": name},
+                   ["python", *study.train_command(arm, seed, directory)])
+        if history is not None:
+            (directory / "history.csv").write_text(history)
+    result = report(study, runs, tmp_path / "out")
+    assert result["runs"][2]["curves"] == {"loss": [[10, 1.5], [20, 0.25], [30, 0.125]]}
+    assert result["runs"][3]["curves"] == {"loss": []}
+    assert result["arms"]["base"]["curves"]["loss"] == [
+        {"step": 10, "n": 2, "mean": 2.5}, {"step": 20, "n": 1, "mean": 1.0},
+        {"step": 30, "n": 0, "mean": None}]
+    psf = result["arms"]["psf"]["curves"]["loss"]
+    assert [(p["step"], p["n"], p["mean"]) for p in psf] == [(10, 1, 1.5), (20, 1, 0.25),
+                                                             (30, 1, 0.125)]
+    assert [p["vs_baseline"] for p in psf] == [{"n": 1, "mean_diff": -0.5},
+                                               {"n": 1, "mean_diff": -0.75},
+                                               {"n": 0, "mean_diff": None}]
+    text = (tmp_path / "out" / "fake.md").read_text()
+    assert "## Training loss along training" in text and "| arm | n | 10 | 20 | 30 |" in text
+    assert "| base | 2 | 2.50 | 1.00 | – |" in text
+    assert "| psf | 2 | 1.50 (Δ -0.50) | 0.25 (Δ -0.75) | 0.12 |" in text
+    shutil.rmtree(runs / "fake" / "psf")
+    again = report(study, runs, tmp_path / "out", png=False)
+    assert again["arms"]["psf"]["curves"] == result["arms"]["psf"]["curves"]
+    with pytest.raises(ValueError, match="a history column is given two curves"):
+        dataclasses.replace(study, curves=(Curve("loss", "a"), Curve("loss", "b")))
 
 
 def test_report_keeps_earlier_runs_whose_cells_are_unchanged(tmp_path):
