@@ -121,3 +121,42 @@ def test_a_causal_hamburger_run_exports_to_onnx_and_litert(tmp_path):
     path = export_model(model, tmp_path / "blocked.onnx", format="onnx")
     got = load_artifact(path, "onnx")(tokens)
     assert np.abs(got - expected).max() < 1e-4 * np.abs(expected).max()
+
+
+def test_witten_bell_ngrams_are_distributions_and_score_the_held_out_windows(capsys):
+    from language.ngram import WittenBell, bits_per_character, main
+
+    text = b"abracadabra, abracadabra!"
+    model = WittenBell(text, order=3)
+    for context in (b"", b"a", b"ab", b"zz", b"xa", b"!"):  # seen, unseen and backed-off
+        assert sum(model.probability(context, bytes([c])) for c in range(256)) == \
+            pytest.approx(1.0, abs=1e-12)
+    # By hand on "abab", order 2: the unigram P(b) = (2 + 2/256) / (4 + 2); after "a"
+    # (seen twice, always followed by "b") P(b | a) = (2 + 1·P(b)) / (2 + 1).
+    bigram = WittenBell(b"abab", order=2)
+    unigram_b = (2 + 2 / 256) / 6
+    assert bigram.probability(b"", b"b") == pytest.approx(unigram_b, rel=1e-12)
+    assert bigram.probability(b"a", b"b") == pytest.approx((2 + unigram_b) / 3, rel=1e-12)
+    assert bigram.probability(b"b", b"b") == pytest.approx(unigram_b / 2, rel=1e-12)
+    # Scored on the decoder's windows: target g of the held-out text (position g + 1) in
+    # window g // T sees at most n − 1 bytes before it, none before its window's start.
+    held_out = np.frombuffer(b"cadabra abracad, bracadabra; dab", np.uint8)
+    length, flat = 5, held_out.tobytes()
+    targets = (len(flat) - 1) // length * length
+    expected = -np.mean([np.log2(model.probability(
+        flat[max(g // length * length, g + 1 - 2):g + 1], flat[g + 1:g + 2]))
+        for g in range(targets)])
+    assert bits_per_character(model, held_out, length) == pytest.approx(expected, rel=1e-12)
+    assert bits_per_character(model, held_out, length, max_characters=10) == pytest.approx(
+        -np.mean([np.log2(model.probability(flat[max(g // length * length, g - 1):g + 1],
+                                            flat[g + 1:g + 2])) for g in range(10)]),
+        rel=1e-12)
+
+    assert main(["--orders", "1", "--eval-characters", "600"]) == 0
+    output = capsys.readouterr().out
+    assert "on 1,024 held-out characters of stdlib (T = 512)" in output
+    assert float(output.strip().splitlines()[-1].split()[-1]) > 4.0  # a unigram's bits
+    with pytest.raises(SystemExit) as refused:
+        main(["--orders", "0-2"])
+    assert refused.value.code == 2
+    assert "`--orders` must be n ≥ 1" in capsys.readouterr().err
