@@ -301,29 +301,29 @@ LANGUAGE_STDLIB = Study(
     curves=(TRAINING_BITS,),
     description="""
 The causal Hamburger (kctx's, not in the papers) as the token mixer of a character-level
-decoder, against causal softmax attention, linear attention (Katharopoulos et al., 2020)
-and a causal convolution (k = 4), at 512 and 2,048 characters of context with the same
-4,096 characters per step (8 × 512, 2 × 2,048). Every arm has the same embedding, blocks,
-MLPs and parameters (each mixer 4·C² weights: the Hamburger's ham has d = 2·C channels,
-r = 16, K = 6, the one-step gradient), the same 1,000 AdamW steps on the same windows
-(seed by seed), scored in bits per character on the first 200,000 held-out characters.
-The params column counts every weight: the Hamburger's include its fixed initial
-dictionaries D₀ (d × r = 256 × 16 in each of the 4 blocks, 16,384 numbers, not trained), so
-it trains 858,624 weights against attention's and linear attention's 859,136 and the
-convolution's 857,600. For scale, byte n-gram models counted on the training split score
-4.540 (unigram), 3.581 (bigram: the byte before), 2.798, 2.372 and 2.300 (5-gram) bits per
-character on the same characters at T = 512 (`python -m language.ngram`,
-docs/workflows/language.md). The Hamburger runs in its blocked form (a dictionary per block of 64 positions, fitted to
-the blocks before); its per-position form computes the same operator with a dictionary per
-position, at 6× the step (docs/operators/causal-hamburger.md), and is not an arm. The
-baseline is attention at the same context length. Step time is each cell's training time
-per step as it ran: the cells run in parts across sessions and machines, some beside another
-cell on a 2-core machine (about 1.8× a step alone there for the Hamburger), some alone, so
+decoder, against causal softmax attention, linear attention (Katharopoulos et al., 2020) and
+a causal convolution (k = 4), at 512 and 2,048 characters of context with the same 4,096
+characters per step (8 × 512, 2 × 2,048). Every arm has the same embedding, blocks, MLPs and
+parameters (each mixer 4·C² weights: the Hamburger's ham has d = 2·C channels, r = 16, K =
+6, the one-step gradient), the same 1,000 AdamW steps on the same windows (seed by seed),
+scored in bits per character on the first 200,000 held-out characters. The params column
+counts every weight: the Hamburger's include its fixed initial dictionaries D₀ (d × r = 256
+× 16 in each of the 4 blocks, 16,384 numbers, not trained), so it trains 858,624 weights
+against attention's and linear attention's 859,136 and the convolution's 857,600. For scale,
+byte n-gram models counted on the training split score 4.540 (unigram), 3.581 (bigram: the
+byte before), 2.798, 2.372 and 2.300 (5-gram) bits per character on the same characters at T
+= 512 (`python -m language.ngram`, docs/workflows/language.md). The Hamburger runs in its
+blocked form (a dictionary per block of 64 positions, fitted to the blocks before); its
+per-position form computes the same operator with a dictionary per position, at 6× the step
+(docs/operators/causal-hamburger.md), and is not an arm. The baseline is attention at the
+same context length. Step time is each cell's training time per step as it ran: the cells
+run in parts across sessions and machines, some beside another cell on a 2-core machine
+(from within 5% of a step alone to 1.8× it, by machine and pair of cells), some alone, so
 the column is a rough cost only; the step times measured alone, arm against arm on one
-machine, are in docs/operators/causal-hamburger.md. Peak memory is the
-training process's peak resident memory (runtime and data included). Half the CLI's batch
-and a third of its steps: about 6 CPU-hours for the 24 cells, estimated from the step times
-measured at the CLI's batch (docs/operators/causal-hamburger.md), halved.
+machine, are in docs/operators/causal-hamburger.md. Peak memory is the training process's
+peak resident memory (runtime and data included). Half the CLI's batch and a third of its
+steps: about 6 CPU-hours for the 24 cells, estimated from the step times measured at the
+CLI's batch (docs/operators/causal-hamburger.md), halved.
 """,
 )
 
