@@ -93,8 +93,11 @@ def bits_per_character(model, text, length, max_characters=0):
     return total / targets.size
 
 
+MAX_ORDER = 12  # 11 bytes of context: beyond it nearly every held-out context is unseen
+
+
 def parse_orders(text):
-    """``"1-6"`` or ``"1,2,4"`` → the orders, sorted."""
+    """``"1-6"`` or ``"1,2,4"`` → the orders (1 to :data:`MAX_ORDER`), sorted."""
     try:
         orders = set()
         for part in str(text).split(","):
@@ -102,9 +105,9 @@ def parse_orders(text):
             orders.update(range(int(low), int(high or low) + 1))
     except ValueError:
         orders = set()
-    if not orders or min(orders) < 1:
-        raise ValueError("`--orders` must be n ≥ 1 as a range or a list, e.g. 1-6 or 1,2,4. "
-                         f"Received: {text!r}")
+    if not orders or min(orders) < 1 or max(orders) > MAX_ORDER:
+        raise ValueError(f"`--orders` must be n from 1 to {MAX_ORDER} as a range or a list, "
+                         f"e.g. 1-6 or 1,2,4. Received: {text!r}")
     return sorted(orders)
 
 

@@ -137,42 +137,39 @@ def summarize(study, runs, confidence=CONFIDENCE):
                         confidence)
         arms[arm.name] = entry
     if study.curves:
-        for name, curves in summarize_curves(study, runs).items():
+        for name, curves in summarize_curves(study, runs, confidence).items():
             arms[name]["curves"] = curves
     return arms
 
 
-def summarize_curves(study, runs):
+def summarize_curves(study, runs, confidence=CONFIDENCE):
     """Per arm and :class:`~studies.study.Curve`: at each step any run of the study
     reached, ``n`` (the arm's runs with a value there), ``mean`` over them and, for an arm
-    with a baseline, ``vs_baseline``: ``n`` (the seeds both arms have there) and
-    ``mean_diff`` (arm − baseline over those seeds; ``None`` without one)."""
+    with a baseline, ``vs_baseline``: :func:`stats.paired` over the seeds both arms have
+    there."""
     values = {}  # (arm, column) -> {step: {seed: value}}
     for run in runs:
         for column, points in run.get("curves", {}).items():
             for step, value in points:
                 values.setdefault((run["arm"], column), {}).setdefault(step, {})[
                     run["seed"]] = value
+    steps = {curve.column: sorted({step for (_, column), by_step in values.items()
+                                   if column == curve.column for step in by_step})
+             for curve in study.curves}
     result = {}
     for arm in study.arms:
         baseline = study.baseline_of(arm)
         result[arm.name] = {}
         for curve in study.curves:
-            steps = sorted({step for (name, column), by_step in values.items()
-                            if column == curve.column for step in by_step})
             own = values.get((arm.name, curve.column), {})
             other = values.get((baseline.name, curve.column), {}) if baseline else {}
             entries = []
-            for step in steps:
+            for step in steps[curve.column]:
                 seeds = own.get(step, {})
                 entry = {"step": step, "n": len(seeds),
-                         "mean": stats.describe(list(seeds.values()))["mean"]}
+                         "mean": stats.describe(list(seeds.values()), confidence)["mean"]}
                 if baseline:
-                    both = sorted(set(seeds) & set(other.get(step, {})))
-                    entry["vs_baseline"] = {
-                        "n": len(both),
-                        "mean_diff": float(sum(seeds[s] - other[step][s] for s in both)
-                                           / len(both)) if both else None}
+                    entry["vs_baseline"] = stats.paired(seeds, other.get(step, {}), confidence)
                 entries.append(entry)
             result[arm.name][curve.column] = entries
     return result
@@ -426,7 +423,7 @@ def _seeds(seeds):
 
 def plot(study, runs, arms, path):
     """Per quality metric: each seed's value (dots) and each arm's mean with its interval;
-    per curve, each arm's mean along the steps."""
+    per curve, each arm's mean paired difference from its baseline along the steps."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -156,7 +156,9 @@ def test_witten_bell_ngrams_are_distributions_and_score_the_held_out_windows(cap
     output = capsys.readouterr().out
     assert "on 1,024 held-out characters of stdlib (T = 512)" in output
     assert float(output.strip().splitlines()[-1].split()[-1]) > 4.0  # a unigram's bits
-    with pytest.raises(SystemExit) as refused:
-        main(["--orders", "0-2"])
-    assert refused.value.code == 2
-    assert "`--orders` must be n ≥ 1" in capsys.readouterr().err
+    for orders in ("0-2", "2-100", "a"):
+        with pytest.raises(SystemExit) as refused:
+            main(["--orders", orders])
+        assert refused.value.code == 2
+        assert f"`--orders` must be n from 1 to 12 as a range or a list, e.g. 1-6 or 1,2,4. " \
+               f"Received: '{orders}'" in capsys.readouterr().err
