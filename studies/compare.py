@@ -1,12 +1,13 @@
 """Paired comparisons between any arms of a reported study, from its committed JSON.
 
-    python -m studies.compare NAME ARM:BASELINE [ARM:BASELINE ...] [--metric miou] [--holm]
-    python -m studies.compare NAME --all-vs BASELINE [--metric miou] [--holm]
+    python -m studies.compare NAME ARM:BASELINE [ARM:BASELINE ...] [--metric METRIC] [--holm]
+    python -m studies.compare NAME --all-vs BASELINE [--metric METRIC] [--holm]
     python -m studies.compare NAME nmf-K1@miou_eval_K6:nmf-K1@miou
 
 The report (``studies.report``) compares every arm with its study's baseline; the docs quote
 other pairs too (a Ham form against ASPP, SegNeXt against SegNeXt without its Hamburger).
-This prints, for each pair, the paired difference ARM − BASELINE of ``--metric`` over the
+This prints, for each pair, the paired difference ARM − BASELINE of ``--metric`` (by default
+the study's first metric, its quality measure: ``miou``, ``fid``, ``bits_per_character``) over the
 seeds both have (seed k of every arm sees the same batches), its 95% t-interval and the
 paired t-test's p (:func:`studies.stats.paired`), read from ``studies/results/NAME.json``.
 ``--holm`` adds Holm's step-down adjustment of the p-values over the pairs printed, for the
@@ -27,6 +28,12 @@ def seed_values(report, arm, metric):
     """``{seed: value}`` of one arm's runs in a report."""
     return {run["seed"]: run["metrics"].get(metric) for run in report["runs"]
             if run["arm"] == arm}
+
+
+def default_metric(report):
+    """The study's first metric (its quality measure), or ``miou`` in a report without the
+    list."""
+    return next(iter(report.get("metrics") or {"miou": None}))
 
 
 def holm(p_values):
@@ -88,7 +95,7 @@ def main(argv=None):
     parser.add_argument("pairs", nargs="*", metavar="ARM:BASELINE",
                         help="a side may be ARM@METRIC (that arm's METRIC, not --metric)")
     parser.add_argument("--all-vs", metavar="BASELINE", help="every other arm against BASELINE")
-    parser.add_argument("--metric", default="miou")
+    parser.add_argument("--metric", help="default: the study's first metric")
     parser.add_argument("--holm", action="store_true", help="Holm-adjusted p-values too")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR)
     args = parser.parse_intermixed_args(argv)
@@ -96,6 +103,7 @@ def main(argv=None):
     if not path.exists():
         parser.error(f"no report {path}: run `python -m studies.report {args.name}` first")
     report = json.loads(path.read_text())
+    metric = args.metric or default_metric(report)
     pairs = []
     for pair in args.pairs:
         if pair.count(":") != 1:
@@ -107,12 +115,12 @@ def main(argv=None):
     if not pairs:
         parser.error("give ARM:BASELINE pairs or --all-vs BASELINE")
     try:
-        rows = compare(report, pairs, args.metric)
+        rows = compare(report, pairs, metric)
     except ValueError as error:
         parser.error(str(error))
     tested = [row["p"] for row in rows if row["p"] is not None]
     adjusted = iter(holm(tested)) if args.holm else None
-    print(f"{args.name}, {args.metric}: arm − baseline, paired over seeds [95% CI]")
+    print(f"{args.name}, {metric}: arm − baseline, paired over seeds [95% CI]")
     for row in rows:
         print(format_row(row, next(adjusted) if adjusted and row["p"] is not None else None))
 

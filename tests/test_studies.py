@@ -501,6 +501,13 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
                  ["toy", "--output-dir", str(tmp_path), "--holm", "a:b", "a:c"]):
         compare.main(argv)
         assert "a − b: " in capsys.readouterr().out
+    # Without --metric: the report's first metric (here the K = 6 scores), not mIoU.
+    report["metrics"] = {"miou_eval_K6": {"label": "mIoU (K = 6)", "better": "higher"},
+                         "miou": {"label": "mIoU", "better": "higher"}}
+    (tmp_path / "toy.json").write_text(json.dumps(report))
+    compare.main(["toy", "a@miou:a", "--output-dir", str(tmp_path)])
+    assert capsys.readouterr().out.startswith("toy, miou_eval_K6: arm − baseline")
+    assert compare.default_metric(report) == "miou_eval_K6"
 
 
 def test_power_analysis_of_a_paired_comparison(tmp_path):
