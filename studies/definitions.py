@@ -342,8 +342,8 @@ LANGUAGE_STDLIB_SHORT_CONV = Study(
     metrics=LANGUAGE_STDLIB.metrics,
     curves=LANGUAGE_STDLIB.curves,
     description="""
-language-stdlib's first seed left its global mixers far behind the causal convolution
-after 1,000 steps (3.4–3.6 bits per character against 2.2 at T = 512), near a byte bigram
+language-stdlib (3 seeds) left its global mixers far behind the causal convolution
+after 1,000 steps (3.36–3.57 bits per character against 2.18 at T = 512), near a byte bigram
 model's 3.58 (`python -m language.ngram`): without a position encoding they see local order
 only through causality. H3 (Fu et al., 2023) and Mamba (Gu &
 Dao, 2023) give their global mixers a short depthwise causal convolution first; this study
