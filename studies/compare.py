@@ -13,7 +13,16 @@ paired t-test's p (:func:`studies.stats.paired`), read from ``studies/results/NA
 ``--holm`` adds Holm's step-down adjustment of the p-values over the pairs printed, for the
 family-wise error rate at 5%. A side written ``ARM@METRIC`` reads that metric instead of
 ``--metric``: one arm's runs scored two ways (e.g. trained with K = 1, evaluated with K = 6
-against K = 1) are paired seed by seed like two arms.
+against K = 1) are paired seed by seed like two arms. A side written ``STUDY/ARM`` is an arm
+of another reported study of the same workflow (``studies/results/STUDY.json``), e.g. an arm
+with a short convolution against the same arm without it::
+
+    python -m studies.compare language-stdlib-short-conv \
+        causal_hamburger-short_conv:language-stdlib/causal_hamburger-512
+
+Pairing across studies is sound where seed k of both arms trains on the same batches: the
+same config's data fields (dataset, batch size, context length, steps) with only the
+model's options changed, as between those two studies.
 """
 
 import argparse
@@ -47,32 +56,56 @@ def holm(p_values):
 
 
 def split_side(side, metric):
-    """``"ARM@METRIC"`` → ``(ARM, METRIC)``; a plain ``"ARM"`` takes ``metric``."""
-    arm, _, own = side.partition("@")
-    return arm, own or metric
+    """``"[STUDY/]ARM[@METRIC]"`` → ``(STUDY or None, ARM, METRIC)``; without ``@METRIC`` the
+    side takes ``metric``."""
+    side, _, own = side.partition("@")
+    study, _, arm = side.rpartition("/")
+    return study or None, arm, own or metric
 
 
-def compare(report, pairs, metric, confidence=0.95):
+def other_studies(pairs):
+    """The studies other than the compared one that the pairs' ``STUDY/ARM`` sides name."""
+    return sorted({study for pair in pairs for side in pair
+                   if (study := split_side(side, None)[0]) is not None})
+
+
+def compare(report, pairs, metric, confidence=0.95, others=None):
     """One :func:`studies.stats.paired` result per ``(arm, baseline)`` pair, with the names.
 
-    Either side may be ``"ARM@METRIC"`` to read another metric of that arm's runs.
+    Either side may be ``"ARM@METRIC"`` to read another metric of that arm's runs, and
+    ``"STUDY/ARM"`` to read an arm of the report ``others[STUDY]``.
     """
-    arms = {run["arm"] for run in report["runs"]}
+    reports = {**(others or {}), report.get("study"): report}
     rows = []
     for arm, baseline in pairs:
-        values = []
+        values, configs, studies = [], [], set()
         for side in (arm, baseline):
-            name, side_metric = split_side(side, metric)
+            study, name, side_metric = split_side(side, metric)
+            if study is None:
+                study = report.get("study")
+            if study not in reports:
+                raise ValueError(f"No report of study {study!r} to compare with. Received: "
+                                 f"side={side!r}")
+            side_report = reports[study]
+            arms = {run["arm"] for run in side_report["runs"]}
             if name not in arms:
                 raise ValueError(f"No runs of arm {name!r} in the report. Received: "
                                  f"arm={name!r}; arms: {sorted(arms)}")
-            side_values = seed_values(report, name, side_metric)
+            side_values = seed_values(side_report, name, side_metric)
             if all(value is None for value in side_values.values()):
                 raise ValueError(f"Arm {name!r} has no metric {side_metric!r}. Received: "
                                  f"metric={side_metric!r}")
             values.append(side_values)
+            configs.append(next(run.get("config") for run in side_report["runs"]
+                                if run["arm"] == name))
+            studies.add(study)
         result = stats.paired(*values, confidence)
-        rows.append({"arm": arm, "baseline": baseline, "metric": metric, **result})
+        row = {"arm": arm, "baseline": baseline, "metric": metric, **result}
+        if len(studies) > 1 and all(configs):
+            row["settings_differ"] = sorted(
+                key for key in configs[0].keys() | configs[1].keys()
+                if configs[0].get(key) != configs[1].get(key))
+        rows.append(row)
     return rows
 
 
@@ -85,6 +118,8 @@ def format_row(row, adjusted=None):
             f"p = {row['p']:.3g}, n = {row['n']}")
     if adjusted is not None:
         text += f", Holm p = {adjusted:.3g}"
+    if "settings_differ" in row:  # two studies' arms: what their runs' configs differ in
+        text += f" (settings differ in: {', '.join(row['settings_differ']) or 'nothing'})"
     return text
 
 
@@ -93,16 +128,20 @@ def main(argv=None):
                                      description=__doc__.splitlines()[0])
     parser.add_argument("name", help="the study (its report studies/results/NAME.json)")
     parser.add_argument("pairs", nargs="*", metavar="ARM:BASELINE",
-                        help="a side may be ARM@METRIC (that arm's METRIC, not --metric)")
+                        help="a side may be ARM@METRIC (that arm's METRIC, not --metric) "
+                             "or STUDY/ARM (an arm of another study of the workflow)")
     parser.add_argument("--all-vs", metavar="BASELINE", help="every other arm against BASELINE")
     parser.add_argument("--metric", help="default: the study's first metric")
     parser.add_argument("--holm", action="store_true", help="Holm-adjusted p-values too")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR)
     args = parser.parse_intermixed_args(argv)
-    path = pathlib.Path(args.output_dir) / f"{args.name}.json"
-    if not path.exists():
-        parser.error(f"no report {path}: run `python -m studies.report {args.name}` first")
-    report = json.loads(path.read_text())
+    def load(name):
+        path = pathlib.Path(args.output_dir) / f"{name}.json"
+        if not path.exists():
+            parser.error(f"no report {path}: run `python -m studies.report {name}` first")
+        return json.loads(path.read_text())
+
+    report = load(args.name)
     metric = args.metric or default_metric(report)
     pairs = []
     for pair in args.pairs:
@@ -114,8 +153,15 @@ def main(argv=None):
         pairs += [(arm, args.all_vs) for arm in arms]
     if not pairs:
         parser.error("give ARM:BASELINE pairs or --all-vs BASELINE")
+    others = {}
+    for study in other_studies(pairs):
+        others[study] = load(study)
+        if others[study].get("workflow") != report.get("workflow"):
+            parser.error(f"{study} is a study of workflow {others[study].get('workflow')!r}, "
+                         f"{args.name} of {report.get('workflow')!r}: their seeds do not see "
+                         f"the same data")
     try:
-        rows = compare(report, pairs, metric)
+        rows = compare(report, pairs, metric, others=others)
     except ValueError as error:
         parser.error(str(error))
     tested = [row["p"] for row in rows if row["p"] is not None]

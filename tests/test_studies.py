@@ -508,6 +508,28 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
     compare.main(["toy", "a@miou:a", "--output-dir", str(tmp_path)])
     assert capsys.readouterr().out.startswith("toy, miou_eval_K6: arm − baseline")
     assert compare.default_metric(report) == "miou_eval_K6"
+    # STUDY/ARM: an arm of another study of the workflow, paired seed by seed, with the config
+    # fields the two arms' runs differ in.
+    report.update(study="toy", workflow="segmentation")
+    for run in report["runs"]:
+        run["config"] = {"context": run["arm"], "steps": 10}
+    other = {"study": "toy2", "workflow": "segmentation", "metrics": report["metrics"],
+             "runs": [{"arm": "x", "seed": seed, "config": {"context": "a", "steps": 20},
+                       "metrics": {"miou": 0.5 + 0.1 * seed - 0.03}} for seed in range(3)]}
+    (row,) = compare.compare(report, [("a", "toy2/x")], "miou", others={"toy2": other})
+    assert row["mean_diff"] == pytest.approx(0.03) and row["settings_differ"] == ["steps"]
+    assert compare.other_studies([("a", "toy2/x@miou"), ("toy3/y", "b")]) == ["toy2", "toy3"]
+    with pytest.raises(ValueError, match="Received: side='toy3/y'"):
+        compare.compare(report, [("toy3/y", "a")], "miou", others={"toy2": other})
+    (tmp_path / "toy.json").write_text(json.dumps(report))
+    (tmp_path / "toy2.json").write_text(json.dumps(other))
+    compare.main(["toy", "a:toy2/x", "--metric", "miou", "--output-dir", str(tmp_path)])
+    assert "a − toy2/x: +0.0300 (the same difference on every seed: sign test), p = " \
+        "0.25, n = 3 (settings differ in: steps)" in capsys.readouterr().out
+    (tmp_path / "toy2.json").write_text(json.dumps({**other, "workflow": "gan"}))
+    with pytest.raises(SystemExit):
+        compare.main(["toy", "a:toy2/x", "--output-dir", str(tmp_path)])
+    assert "their seeds do not see the same data" in capsys.readouterr().err
 
 
 def test_power_analysis_of_a_paired_comparison(tmp_path):
