@@ -39,6 +39,11 @@ def seed_values(report, arm, metric):
             if run["arm"] == arm}
 
 
+# A config field one run records and the other does not (a field added to the workflow after
+# the older run).
+NOT_RECORDED = "(not recorded)"
+
+
 def default_metric(report):
     """The study's first metric (its quality measure), or ``miou`` in a report without the
     list."""
@@ -102,9 +107,10 @@ def compare(report, pairs, metric, confidence=0.95, others=None):
         result = stats.paired(*values, confidence)
         row = {"arm": arm, "baseline": baseline, "metric": metric, **result}
         if len(studies) > 1 and all(configs):
-            row["settings_differ"] = sorted(
-                key for key in configs[0].keys() | configs[1].keys()
-                if configs[0].get(key) != configs[1].get(key))
+            row["settings_differ"] = {
+                key: [config.get(key, NOT_RECORDED) for config in configs]
+                for key in sorted(configs[0].keys() | configs[1].keys())
+                if configs[0].get(key, NOT_RECORDED) != configs[1].get(key, NOT_RECORDED)}
         rows.append(row)
     return rows
 
@@ -119,7 +125,8 @@ def format_row(row, adjusted=None):
     if adjusted is not None:
         text += f", Holm p = {adjusted:.3g}"
     if "settings_differ" in row:  # two studies' arms: what their runs' configs differ in
-        text += f" (settings differ in: {', '.join(row['settings_differ']) or 'nothing'})"
+        differ = [f"{key} {a!r} vs {b!r}" for key, (a, b) in row["settings_differ"].items()]
+        text += f" (settings differ: {'; '.join(differ) or 'none'})"
     return text
 
 

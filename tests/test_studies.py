@@ -517,7 +517,8 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
              "runs": [{"arm": "x", "seed": seed, "config": {"context": "a", "steps": 20},
                        "metrics": {"miou": 0.5 + 0.1 * seed - 0.03}} for seed in range(3)]}
     (row,) = compare.compare(report, [("a", "toy2/x")], "miou", others={"toy2": other})
-    assert row["mean_diff"] == pytest.approx(0.03) and row["settings_differ"] == ["steps"]
+    assert row["mean_diff"] == pytest.approx(0.03)
+    assert row["settings_differ"] == {"steps": [10, 20]}
     assert compare.other_studies([("a", "toy2/x@miou"), ("toy3/y", "b")]) == ["toy2", "toy3"]
     with pytest.raises(ValueError, match="Received: side='toy3/y'"):
         compare.compare(report, [("toy3/y", "a")], "miou", others={"toy2": other})
@@ -525,7 +526,11 @@ def test_compare_pairs_any_arms_and_adjusts_with_holm(capsys, tmp_path):
     (tmp_path / "toy2.json").write_text(json.dumps(other))
     compare.main(["toy", "a:toy2/x", "--metric", "miou", "--output-dir", str(tmp_path)])
     assert "a − toy2/x: +0.0300 (the same difference on every seed: sign test), p = " \
-        "0.25, n = 3 (settings differ in: steps)" in capsys.readouterr().out
+        "0.25, n = 3 (settings differ: steps 10 vs 20)" in capsys.readouterr().out
+    # A field only one run records (added to the workflow after the other ran).
+    other["runs"][0]["config"]["short_conv"] = 4
+    (row,) = compare.compare(report, [("a", "toy2/x")], "miou", others={"toy2": other})
+    assert row["settings_differ"] == {"short_conv": ["(not recorded)", 4], "steps": [10, 20]}
     (tmp_path / "toy2.json").write_text(json.dumps({**other, "workflow": "gan"}))
     with pytest.raises(SystemExit):
         compare.main(["toy", "a:toy2/x", "--output-dir", str(tmp_path)])
