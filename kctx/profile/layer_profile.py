@@ -10,10 +10,16 @@ by tensors during one call, inputs and weights included (the oneDNN CPU
 allocator keeps no statistics for tensors under 256 KiB, so for tiny layers
 this is a lower bound; at benchmark sizes those are noise). Each profile runs in
 a fresh Python process (``isolate=True``) so that allocator pools, caches and
-other layers cannot leak into the numbers; where the allocator has no stats,
-the growth of the process's peak resident set is used instead.
+other layers cannot leak into the numbers. TensorFlow's default CPU allocator
+keeps statistics only where oneDNN is on (CPUs with AVX-512 VNNI and later), so
+the fresh process runs with the caching allocator, ``TF_CPU_ALLOCATOR_USE_BFC=true``,
+which keeps them on any CPU (unless the environment sets it). Where the
+allocator has no stats (in process, without that variable), the growth of the
+process's peak resident set is used instead, after the C library has handed its
+freed memory back to the system.
 """
 
+import ctypes
 import json
 import os
 import re
@@ -83,6 +89,13 @@ def _status_mb(key):
     return int(match.group(1)) / 1024.0
 
 
+def _trim_c_heap():
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def measure_peak_memory(function, *args):
     """Peak MB held while ``function(*args)`` runs (already traced and warmed up).
 
@@ -101,6 +114,9 @@ def measure_peak_memory(function, *args):
         # pool (or the inputs alias NumPy memory): fall through to the RSS.
     except ValueError:
         pass
+    # Warm-up calls freed their tensors to the C library, which keeps the pages:
+    # hand them back, or this call reuses them and the resident set never grows.
+    _trim_c_heap()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
     before = _status_mb("VmRSS")
@@ -223,7 +239,9 @@ def profile_layer(
         "jit_compile": jit_compile,
         "seed": seed,
     }
-    return run_worker("profile", request, timeout=timeout)
+    # The caching allocator keeps the statistics the peak is read from on any CPU.
+    return run_worker("profile", request, timeout=timeout,
+                      defaults={"TF_CPU_ALLOCATOR_USE_BFC": "true"})
 
 
 def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=5, isolate=True):
@@ -282,10 +300,13 @@ def memory_kept_per_model(block, models=60, shape=(8, 16, 16, 32), clear_session
             "kept_mb_per_model": round((readings[models] - readings[first]) / (models - first), 2)}
 
 
-def run_worker(task, request, timeout=None, backend="tensorflow"):
-    """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process on ``backend``."""
+def run_worker(task, request, timeout=None, backend="tensorflow", defaults=None):
+    """Run ``task`` in a fresh ``python -m kctx.profile.worker`` process on ``backend``,
+    with the environment variables ``defaults`` where the environment does not set them."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for key, value in (defaults or {}).items():
+        env.setdefault(key, value)
     env["KERAS_BACKEND"] = backend
     completed = subprocess.run(
         [sys.executable, "-m", "kctx.profile.worker", task],
