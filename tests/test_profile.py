@@ -154,15 +154,16 @@ def _bench(argv, capsys):
 def test_bench_table3_cli_writes_json(tmp_path, capsys):
     path = tmp_path / "table3.json"
     output = _bench(["table3", "--size", "16", "--channels", "32", "--repeats", "1",
-                     "--train-repeats", "1", "--methods", "SA", "ham_nmf", "--json", str(path)],
-                    capsys)
+                     "--train-repeats", "1", "--methods", "SA", "ham_nmf", "--peak-sizes", "256",
+                     "512", "--json", str(path)], capsys)
     rows = json.loads(path.read_text())
     assert [r["method"] for r in rows] == ["SA", "Ham (NMF)"]  # --methods by label or block
     for row in rows:
         for key in ("method", "params", "macs", "infer_ms", "train_ms", "infer_mem_mb",
                     "train_mem_mb", "infer_speedup_vs_sa", "roofline_ms"):
             assert key in row, key
-    assert "Ham (NMF)" in output and "GFLOP/s" in output
+    assert "Ham (NMF)" in output and "GFLOP/s (square sizes 256: " in output
+    assert rows[0]["matmul_peak_gflops"] > 0
 
 
 def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path, capsys):
