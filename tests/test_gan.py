@@ -14,7 +14,7 @@ from gan.layers import ConditionalBatchNormalization, spectral_norm
 from gan.model import ConditionalGAN, hinge_discriminator_loss, hinge_generator_loss
 from gan.models import build_discriminator, build_generator
 from kctx.testing import mirrored_strategy
-from workflow_runs import ROOT, assert_same_update, environment
+from workflow_runs import GAN_HALF_WIDTHS, ROOT, assert_same_update, environment
 
 
 def _gan(config, context="ham_nmf", g_opt=None, d_opt=None, ema_decay=None, ema_start=0,
@@ -266,7 +266,7 @@ def test_evaluate_scores_a_checkpoint_of_an_unfinished_run_and_the_saved_generat
     from gan.train import train
 
     quiet = dict(verbose=0, log=lambda *_: None)
-    tiny = dict(steps=4, batch_size=4, checkpoint_every=2, eval_samples=150)
+    tiny = dict(steps=4, batch_size=4, checkpoint_every=2, eval_samples=150, **GAN_HALF_WIDTHS)
     stopped = train(model_dir=tmp_path, stop_after_step=2, **tiny, **quiet)
     assert stopped["stopped_at"] == 2 and not (tmp_path / "generator.keras").exists()
     # gan.evaluate rebuilds G from run.json and restores the newest checkpoint.
@@ -293,7 +293,7 @@ def test_tensorboard_scalars_for_losses_and_fcd(tmp_path):
     from gan.train import train
 
     train("digits", "none", steps=2, batch_size=4, model_dir=tmp_path, eval_samples=150,
-          verbose=0, checkpoint_every=1, log=lambda *_: None)
+          verbose=0, checkpoint_every=1, log=lambda *_: None, **GAN_HALF_WIDTHS)
     # The runner logs Keras' epoch scalars (an epoch is the checkpoint interval) and the
     # final scores at the last step.
     tags = {}
@@ -318,7 +318,7 @@ def test_evaluate_with_the_fid_inception_records_weights_resize_and_reference(tm
 
     quiet = dict(verbose=0, log=lambda *_: None)
     train(model_dir=tmp_path, steps=2, batch_size=4, checkpoint_every=2, eval_samples=0,
-          **quiet)
+          **GAN_HALF_WIDTHS, **quiet)
     stats = tmp_path / "reference.npz"
     options = dict(output=False, log=lambda *_: None, eval_samples=12, eval_real=12,
                    extractor="fid_inception_v3", fid_weights=str(WEIGHTS),

@@ -15,9 +15,11 @@ from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # A few steps of every workflow on its embedded default data, with two checkpoints. The GAN
-# at half the digits config's widths (a quarter of its convolutions' work: its killed and
+# at half the digits config's widths (GAN_HALF_WIDTHS, the in-process GAN runs' too) (a quarter of its convolutions' work: its killed and
 # resumed mixed_bfloat16 runs, whose bfloat16 convolutions CPUs without native bfloat16
 # emulate, took 64 s a TensorFlow process at full width and 38 s at this one, measured here).
+GAN_HALF_WIDTHS = dict(base_channels=64, generator_channels=(32, 32, 16),
+                       discriminator_blocks=((16, True), (32, True), (32, False)))
 TINY = {
     "gan": ["--steps", "4", "--batch-size", "8", "--checkpoint-every", "2",
             "--base-channels", "64", "--generator-channels", "32,32,16",
