@@ -11,6 +11,7 @@ import numpy as np
 
 from kctx.training import DETERMINISTIC_ENVIRONMENT
 from kctx.training.determinism import XLA_DETERMINISTIC_FLAGS
+from studies.study import config_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -22,9 +23,7 @@ GAN_HALF_WIDTHS = dict(base_channels=64, generator_channels=(32, 32, 16),
                        discriminator_blocks=((16, True), (32, True), (32, False)))
 TINY = {
     "gan": ["--steps", "4", "--batch-size", "8", "--checkpoint-every", "2",
-            "--base-channels", "64", "--generator-channels", "32,32,16",
-            "--discriminator-blocks", "(16,True),(32,True),(32,False)",
-            "--eval-samples", "150"],
+            *config_flags(GAN_HALF_WIDTHS), "--eval-samples", "150"],
     "classification": ["--epochs", "2", "--batch-size", "478", "--width-multiplier", "0.25",
                        "--image-size", "8", "--eval-batch-size", "128"],
     "segmentation": ["--steps", "4", "--batch-size", "4", "--crop-size", "32",
