@@ -300,7 +300,10 @@ def digits_classifier(weights=None, log=print):
                     log(f"trained the digits classifier for FCD (test accuracy "
                         f"{accuracy:.3f}); cached at {path}")
     if model is None:
-        model = keras.saving.load_model(path)
+        # Without its optimizer: an extractor is not trained further, and the optimizer's
+        # class is the training backend's (a file trained on PyTorch names
+        # keras.src.backend.torch's Adam, whose import loads PyTorch, 6 s, on any backend).
+        model = keras.saving.load_model(path, compile=False)
     features = keras.Model(model.inputs, model.get_layer("features").output)
     return Extractor("digits_classifier", features, (32, 32), 1, logits_model=model)
 
