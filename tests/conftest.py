@@ -19,7 +19,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # One OpenBLAS thread per process (read when NumPy loads, which is after this: pytest and
-# its plugins do not import it; subprocesses inherit it). The two workers share the two
+# its plugins do not import it; subprocesses inherit it). The workers share the two
 # cores, and in a process that has imported TensorFlow, NumPy's small matmuls on OpenBLAS's
 # default threads ran over 100× slower beside other work than on one thread (150×128 by
 # 128×150: 8.0 against 0.07 ms, measured here): the KID subsets of an FCD evaluation took 3.2 s,
