@@ -9,6 +9,8 @@ import sys
 import tempfile
 import time
 
+import pytest
+
 # The test command installs without byte-compiling (`pip install --no-compile`: 68 s instead
 # of 130 for the test extra, which compiles every module of TensorFlow, JAX, PyTorch...): the
 # session writes the bytecode of the modules its processes import, once, even where
@@ -66,6 +68,23 @@ os.environ["XLA_FLAGS"] = " ".join(_flags + [flag for flag in FAST_COMPILE_XLA_F
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-jax-cache-")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+@pytest.fixture(scope="session")
+def fcd_classifier():
+    """The session's cached digits classifier (the FCD's extractor), trained in this test
+    process on TensorFlow if no process of the session has trained it yet; returns its
+    path. Tests whose JAX or PyTorch subprocesses score an FCD take it first: the first
+    process to need the classifier trains it for the whole session, and a JAX process
+    trains it in 110 CPU s, TensorFlow in 40 (measured here, ``digits_classifier()`` in a
+    fresh process on each backend). The session's FCDs then come from the same
+    classifier whichever test runs first."""
+    from kctx.metrics.extractors import DIGITS_CLASSIFIER_FILE, cache_dir, digits_classifier
+
+    path = cache_dir() / DIGITS_CLASSIFIER_FILE
+    if not path.exists():
+        digits_classifier(log=None)
+    return path
 
 
 def _reset_peak():

@@ -83,9 +83,9 @@ print("RESULT_JSON", json.dumps({"fcd": float(fcd.result()), "is": float(score.r
 """
 
 
-def test_fcd_and_classifier_score_on_jax_equal_tensorflow():
+def test_fcd_and_classifier_score_on_jax_equal_tensorflow(fcd_classifier):
     """The float64 sums on JAX (NumPy on the host: JAX has no float64 without x64) give the
-    TensorFlow backend's FCD and classifier score."""
+    TensorFlow backend's FCD and classifier score (the session's classifier, on both)."""
     output = run_jax(["-c", FCD_SCRIPT], devices=1)
     on_jax = json.loads(output.split("RESULT_JSON ", 1)[1].splitlines()[0])
     namespace = {}

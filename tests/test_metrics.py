@@ -247,3 +247,19 @@ def test_classifier_score_references():
     assert float(streaming.result()) == pytest.approx(expected, rel=1e-10)
     mean, std = classifier_score(logits, splits=3)
     assert std >= 0 and mean > 1
+
+
+def test_the_cache_is_kctx_cache_dir_or_the_home_cache(tmp_path, monkeypatch):
+    """``KCTX_CACHE_DIR=`` (set but empty, as a shell script's unset variable gives) is the
+    home cache, not the current directory."""
+    from kctx.metrics.extractors import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KCTX_CACHE_DIR", str(tmp_path / "given"))
+    assert cache_dir() == tmp_path / "given" and cache_dir().is_dir()
+    for value in ("", None):
+        if value is None:
+            monkeypatch.delenv("KCTX_CACHE_DIR")
+        else:
+            monkeypatch.setenv("KCTX_CACHE_DIR", value)
+        assert cache_dir() == tmp_path / "home" / ".cache" / "kctx" and cache_dir().is_dir()

@@ -149,7 +149,7 @@ def _environments(backend):
 
 
 @pytest.mark.parametrize("name,backend", KILLED_RUNS)
-def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_path):
+def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_path, request):
     """Deterministic mode, on each Keras backend (JAX over two devices): a straight run, and
     a run killed with SIGKILL one step after its first checkpoint then started again with
     the same command, side by side on the 2 cores, end with byte-identical results.json and
@@ -157,6 +157,8 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     from its NumPy checkpoint. The GAN's runs are ``--dtype-policy mixed_bfloat16`` ones
     (the policy's run on each backend: its record, its saved generator, its evaluation;
     segmentation's is tests/mixed_precision_check.py's on TensorFlow)."""
+    if name == "gan":
+        request.getfixturevalue("fcd_classifier")  # the runs' FCD's, trained here if absent
     mixed = ["--dtype-policy", "mixed_bfloat16"] if name == "gan" else []
     flags = TINY[name] + mixed + ["--deterministic", "--verbose", "0"]
     plain, deterministic = _environments(backend)

@@ -18,8 +18,10 @@ DIGITS_CLASSIFIER_FILE = "digits_classifier_v2.keras"
 
 
 def cache_dir():
-    """kctx's cache directory: ``$KCTX_CACHE_DIR`` or ``~/.cache/kctx``."""
-    path = pathlib.Path(os.environ.get("KCTX_CACHE_DIR", pathlib.Path.home() / ".cache" / "kctx"))
+    """kctx's cache directory: ``$KCTX_CACHE_DIR`` or, where it is unset or empty,
+    ``~/.cache/kctx`` (an empty value is not the current directory)."""
+    path = pathlib.Path(os.environ.get("KCTX_CACHE_DIR") or
+                        pathlib.Path.home() / ".cache" / "kctx")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
