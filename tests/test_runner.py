@@ -18,7 +18,7 @@ from kctx.training import RunDirectoryError, SHARED_HELP, read_history
 from kctx.training.config import add_config_arguments, field_help
 from workflow_runs import CHECKPOINT_STEP, KILL_SCRIPT, ROOT, TINY, WEIGHTS_FILE, \
     assert_same_update, assert_saved_in_mixed_bfloat16, environment, finish, free_ports, \
-    jax_environment, kill_when, load_weights, start, tf_config
+    jax_environment, kill_when, load_weights, saved_arrays, start, tf_config
 
 WORKFLOWS = ("gan", "classification", "segmentation", "sequence", "language")
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -197,13 +197,15 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     assert texts[0] == texts[1]
     assert results["workflow"] == name and results["steps"] == 2 * CHECKPOINT_STEP[name]
     weights = WEIGHTS_FILE.get(name, "model.keras")
-    _workflow(name)  # registers the workflow's serializable objects for loading
-    for a, b in zip(*(load_weights(tmp_path / kind / weights) for kind in ("straight",
-                                                                           "resumed"))):
-        np.testing.assert_array_equal(a, b)
+    straight, resumed = (saved_arrays(tmp_path / kind / weights)
+                         for kind in ("straight", "resumed"))
+    assert straight and straight.keys() == resumed.keys()
+    for key, array in straight.items():
+        np.testing.assert_array_equal(array, resumed[key], err_msg=key)
     if mixed:
         import keras
 
+        _workflow(name)  # registers the workflow's serializable objects for loading
         assert_saved_in_mixed_bfloat16(keras.saving.load_model(tmp_path / "resumed" / weights),
                                        backend)
     # One history row per checkpoint interval, each step once (the killed run's extra

@@ -140,6 +140,24 @@ def load_weights(path):
     return [np.asarray(w) for w in keras.saving.load_model(path).weights]
 
 
+def saved_arrays(path):
+    """The arrays of a ``.keras`` file's weights, by their place in its weights file, read
+    without building the model (what two runs' files are compared by: loading one builds
+    its model, 2 to 3 CPU s a GAN generator in a test process)."""
+    import io
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(path) as archive:
+        weights = io.BytesIO(archive.read("model.weights.h5"))
+    arrays = {}
+    with h5py.File(weights, "r") as file:
+        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
+                        if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
 def assert_saved_in_mixed_bfloat16(model, label=""):
     """A model saved by a ``--dtype-policy mixed_bfloat16`` run: its layers compute in
     bfloat16 on float32 weights, and the Hamburgers keep their decomposition in float32
