@@ -74,9 +74,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 def fcd_classifier():
     """The session's cached digits classifier (the FCD's extractor), trained in this test
     process on TensorFlow if no process of the session has trained it yet; returns its
-    path. Tests whose JAX or PyTorch subprocesses score an FCD take it first: the first
-    process to need the classifier trains it for the whole session: a fresh process
-    training it took 88 CPU s on JAX, 52 on PyTorch, 42 on TensorFlow (measured here). The
+    path. Tests whose JAX or PyTorch subprocesses score an FCD take it first, since the
+    first process to need the classifier trains it for the whole session (a fresh process
+    training it took 88 CPU s on JAX, 52 on PyTorch, 42 on TensorFlow, measured here). The
     session's FCDs then come from the same classifier whichever test runs first."""
     from kctx.metrics.extractors import DIGITS_CLASSIFIER_FILE, cache_dir, digits_classifier
 

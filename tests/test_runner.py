@@ -158,7 +158,7 @@ def test_kill_9_and_rerun_reproduce_the_uninterrupted_run(name, backend, tmp_pat
     (the policy's run on each backend: its record, its saved generator, its evaluation;
     segmentation's is tests/mixed_precision_check.py's on TensorFlow)."""
     if name == "gan":
-        request.getfixturevalue("fcd_classifier")  # the runs' FCD's, trained here if absent
+        request.getfixturevalue("fcd_classifier")  # their FCD's classifier, trained here if absent
     mixed = ["--dtype-policy", "mixed_bfloat16"] if name == "gan" else []
     flags = TINY[name] + mixed + ["--deterministic", "--verbose", "0"]
     plain, deterministic = _environments(backend)
