@@ -400,6 +400,7 @@ def test_mixed_precision_ham_runs_in_float32(method, monkeypatch):
 
     monkeypatch.setattr(module, "decompose", spy)
     z = np.random.default_rng(0).standard_normal(SHAPE).astype("float32")
+    keras.utils.set_random_seed(0)  # the breads' weights: not whatever the session drew last
     full = Hamburger(rank=3, method=method, seed=0)
     mixed = Hamburger(rank=3, method=method, seed=0, dtype="mixed_bfloat16")
     full.build(SHAPE)
@@ -408,12 +409,13 @@ def test_mixed_precision_ham_runs_in_float32(method, monkeypatch):
     out = mixed(z, training=False)
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     assert all(keras.backend.standardize_dtype(d) == "float32" for pair in seen for d in pair)
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")),
-        full(z, training=False).numpy(),
-        rtol=0.05,
-        atol=0.1,
-    )
+    # The whole output within a few bfloat16 roundings of float32's: ‖mixed − full‖ / ‖full‖
+    # was 0.004–0.019 over 40 weight draws on a CPU with native bfloat16 (AVX512_BF16), where
+    # CD's near-tied assignments flip for a pixel or two, so no per-element bound holds on
+    # every draw and CPU (an element off by 0.42 in a suite run on such a CPU).
+    actual = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
+    expected = full(z, training=False).numpy()
+    assert np.linalg.norm(actual - expected) <= 0.05 * np.linalg.norm(expected)
 
 
 @pytest.mark.parametrize("scale", [0.0, 1e15])
