@@ -115,8 +115,39 @@ def test_hlo_census_counts_the_kernels_outside_fusions():
                 }
             """)
 
-    assert segnext_gpu.hlo_census(Compiled()) == {
+    assert segnext_gpu.hlo_census(Compiled(), inputs=[(4,)]) == {
         "custom-call __cudnn$convForward": 1, "fusion": 1, "transpose": 1}
+
+
+def test_hlo_census_tells_the_kernels_that_read_the_weights_alone():
+    """A kernel whose operands come from the weights and constants alone (a filter's
+    layout change) is counted once more; one that reads the image is not, however far
+    down the image's value flows."""
+    class Compiled:
+        def as_text(self):
+            return textwrap.dedent("""
+                %fused_scale (p0: f32[3,3,8,8], p1: f32[]) -> f32[8,8,3,3] {
+                  %p0 = f32[3,3,8,8]{3,2,1,0} parameter(0)
+                  ROOT %t = f32[8,8,3,3]{3,2,1,0} transpose(f32[3,3,8,8]{3,2,1,0} %p0), dimensions={3,2,0,1}
+                }
+                ENTRY %main (w: f32[3,3,8,8], b: f32[8], x: f32[1,32,32,8]) -> f32[1,32,32,8] {
+                  %w = f32[3,3,8,8]{3,2,1,0} parameter(0)
+                  %b = f32[8]{0} parameter(1)
+                  %x = f32[1,32,32,8]{3,2,1,0} parameter(2)
+                  %two = f32[] constant(2)
+                  %wt = f32[8,8,3,3]{3,2,1,0} fusion(f32[3,3,8,8]{3,2,1,0} %w, f32[] %two), kind=kLoop, calls=%fused_scale
+                  %xt = f32[1,8,32,32]{3,2,1,0} transpose(f32[1,32,32,8]{3,2,1,0} %x), dimensions={0,3,1,2}
+                  %c = (f32[1,8,32,32]{3,2,1,0}, u8[0]{0}) custom-call(f32[1,8,32,32]{3,2,1,0} %xt, f32[8,8,3,3]{3,2,1,0} %wt, f32[8]{0} %b), custom_call_target="__cudnn$convBiasActivationForward"
+                  %g = f32[1,8,32,32]{3,2,1,0} get-tuple-element((f32[1,8,32,32]{3,2,1,0}, u8[0]{0}) %c), index=0
+                  ROOT %y = f32[1,32,32,8]{3,2,1,0} transpose(f32[1,8,32,32]{3,2,1,0} %g), dimensions={0,2,3,1}
+                }
+            """)
+
+    assert segnext_gpu.hlo_census(Compiled(), inputs=[(1, 32, 32, 8)]) == {
+        "custom-call __cudnn$convBiasActivationForward": 1, "fusion": 1,
+        "fusion of weights alone": 1, "transpose": 2}
+    # Without the image's shape every parameter counts as a weight.
+    assert segnext_gpu.hlo_census(Compiled())["transpose of weights alone"] == 2
 
 
 def test_the_committed_h200_runs_report():

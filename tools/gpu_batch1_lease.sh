@@ -1,52 +1,117 @@
 #!/bin/bash
 # The next GPU lease's measurements for issue 39 (prepared after lease 4, not yet run):
 # why kctx's JAX SegNeXt at batch 1 is 0.75-1.25x the official model replayed as a CUDA
-# graph while batch 16 is 0.45-0.54x (docs/performance.md, "Now (lease 4)").
+# graph while batch 16 is 0.45-0.54x (docs/performance.md, "Now (lease 4)"). In order of
+# importance, each step in its own process, within one 10-minute device call:
 #   1. SegNeXt-T float32 as kctx runs it, profiled (jax_profile: busy time by kernel);
-#   2. the same with XLA's command buffers (CUDA graphs) for every kind of command, from one
-#      command up: whether launch overhead is the batch-1 gap (the flags are XLA's of 2025-26;
-#      an XLA that refuses them fails this process only);
-#   3. the square kernels as taps again at batch 1 with more repeats (lease 4's were noisy);
-#   4. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
+#   2. the official model on the same machine, eager and as a CUDA graph, profiled
+#      (torch.profiler: its kernels' busy time beside kctx's, so the gap splits into
+#      the GPU's work and the launches between kernels);
+#   3. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
+#      command up: whether launch overhead is the batch-1 gap (the flags are XLA's of
+#      2025-26; an XLA that refuses them fails this process only);
+#   4. kctx with cuDNN's float32 convolutions in NHWC (--xla_gpu_force_conv_nhwc): older
+#      XLA gives float32 convolutions NCHW (newer XLA gives every 2-D one NHWC on Hopper),
+#      so lease 4's 99 transposes beside the 99 convolutions are the images' layout
+#      changes or the filters' (hlo_census now counts the kernels that read the weights
+#      alone, and the profile names them);
+#   5. kctx with the weights as constants of the program (--constant-weights): XLA folds
+#      the filters' layout changes at compile time; then 3, 4 and 5 together;
+#   6. the square kernels as taps again, batch 1 with 200 repeats (lease 4's were noisy);
+#   7. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
 #      a scatter-add) and with jax.image.resize's matrices;
-#   5. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit);
-#   6. the official model, eager and as a CUDA graph, on the same machine.
-# Run from the repository's root on the device machine with .whl carried (see
-# results/gpu_h200/lease4/run.sh for the wheels); writes to $OUT (at most 8 files back).
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
+#   8. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit).
+# Each step gets at most what is left of 585 s, so the call ends inside its limit and the
+# later steps are the ones a slow machine drops.
+# On this machine, first: bash tools/gpu_wheels.sh (the wheels, into .whl/), and the dry
+# run: DRY_RUN=1 bash tools/gpu_batch1_lease.sh (every step once, small, on the CPU with
+# .venv's Python and `import tensorflow` failing as it does on the device; its output goes
+# to /tmp/gpu-lease-dry unless OUT says where). Then, from the repository's root on the
+# device: run(command="bash tools/gpu_batch1_lease.sh", carry=[".whl"], timeout_s=600).
+# Writes to $OUT/b1 (at most 8 files come back, so the JSON of steps 3-6 and of step 7 are
+# gathered into one file each at the end).
+if [ -n "${DRY_RUN:-}" ]; then
+    PY=$PWD/.venv/bin/python OUT=${OUT:-/tmp/gpu-lease-dry} TOTAL=3600 CAP_SCALE=4
+    DEVICE=cpu SIZE=64 GEN_LENGTHS="128 256"
+    REPEATS="--repeats 2 --warmup 1 --batch-repeats 1 --batch-warmup 1"
+    TRAIN="--batch-size 1 --repeats 1 --warmup 1"
+    SITE=/tmp/gpu-lease-dry-site
+    rm -rf "$SITE" && mkdir -p "$SITE/blocked" && echo 'raise ImportError("no TensorFlow on the device machine")' > "$SITE/blocked/tensorflow.py"
+    # The wheels but optree (its wheel is Python 3.12's; .venv has its own), and OpenCV,
+    # which the device has.
+    "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$SITE/opencv" \
+        opencv-python-headless || exit 1
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE/packages" \
+        $(ls .whl/*.whl | grep -v optree) "$SITE"/opencv/*.whl || exit 1
+    export PYTHONPATH=$SITE/blocked:$SITE/packages:$PWD
+else
+    PY=python3 TOTAL=585 CAP_SCALE=1 DEVICE=cuda SIZE=512
+    GEN_LENGTHS="1024 2048 4096 8192 16384"
+    REPEATS="--repeats 200 --warmup 10 --batch-repeats 6 --batch-warmup 2"
+    TRAIN="--batch-size 16 --repeats 10 --warmup 3"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 mkdir -p "$OUT/b1"
-cell() {  # cell NAME [FLAGS...]: SegNeXt-T float32 on JAX in one process
-    local name=$1; shift
-    local start=$SECONDS
-    KERAS_BACKEND=jax timeout 170 python3 -m kctx.bench.segnext_gpu --cell t float32 \
-        --batches 1 16 --repeats 100 --warmup 10 --batch-repeats 6 --batch-warmup 2 "$@" \
-        --json "$OUT/b1/$name.json" >> "$OUT/b1/cells.log" 2>&1
+LOG="$OUT/b1/steps.log"
+step() {  # step NAME CAP COMMAND...: one process, its output appended to the log, at most
+          # CAP seconds (times CAP_SCALE) and what is left of TOTAL
+    local name=$1 limit=$(($2 * CAP_SCALE)) start=$SECONDS; shift 2
+    local left=$((TOTAL - SECONDS))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 30 ]; then echo "$name: skipped, $limit s left"; return; fi
+    echo "=== $name (limit $limit s)" >> "$LOG"
+    timeout "$limit" "$@" >> "$LOG" 2>&1
     echo "$name: rc $? in $((SECONDS - start)) s"
 }
-cell default --profile
-XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUDNN,CUSTOM_CALL \
---xla_gpu_graph_min_graph_size=1" cell command_buffers
-cell square_taps --square-taps
+segnext() {  # segnext NAME BATCHES FLAGS...: SegNeXt-T float32 on JAX
+    local name=$1 batches=$2; shift 2
+    step "$name" 150 env KERAS_BACKEND=jax "$PY" -m kctx.bench.segnext_gpu --cell t float32 \
+        --size $SIZE --batches $batches $REPEATS "$@" --json "$OUT/b1/$name.json"
+}
+COMMAND_BUFFERS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUDNN,CUSTOM_CALL \
+--xla_gpu_graph_min_graph_size=1"
+NHWC="--xla_gpu_force_conv_nhwc=true"
+segnext default "1 16" --profile
+step official 120 "$PY" tools/segnext_official_latency.py --variant t --device $DEVICE \
+    --size $SIZE --dtype float32 --batches 1 16 $REPEATS --no-macs --cuda-graph --profile \
+    --json "$OUT/b1/official.json"
+XLA_FLAGS="$COMMAND_BUFFERS" segnext command_buffers 1
+XLA_FLAGS="$NHWC" segnext nhwc "1 16" --profile
+segnext constant_weights 1 --constant-weights
+XLA_FLAGS="$NHWC $COMMAND_BUFFERS" segnext all_three 1 --constant-weights
+segnext square_taps 1 --square-taps
 train() {  # train NAME PYTHON-PRELUDE: SegNeXt-T's training step on JAX, batch 16 of 512²
-    local start=$SECONDS
-    KERAS_BACKEND=jax timeout 200 python3 -c "$2
+    step "train_$1" 120 env KERAS_BACKEND=jax "$PY" -c "$2
 import sys, segmentation.bench as b
-sys.exit(b.main(sys.argv[1:]))" --train-step --config segnext_ade20k --batch-size 16 \
-        --repeats 10 --warmup 3 --json "$OUT/b1/train_$1.json" >> "$OUT/b1/cells.log" 2>&1
-    echo "train $1: rc $? in $((SECONDS - start)) s"
+sys.exit(b.main(sys.argv[1:]))" --train-step --config segnext_ade20k $TRAIN \
+        --json "$OUT/b1/train_$1.json"
 }
 train gathered ""
 train matrix "import kctx.ops.resize as r; r.GATHER_PLATFORMS = ()"
 # Issue 41's generation benchmark on the GPU: tokens/s and state against the length, every
 # mixer, the Hamburger blocked (L = 64), each token's step one jax.jit program.
-start=$SECONDS
-KERAS_BACKEND=jax timeout 150 python3 -m kctx.bench generation --compiled --ham-block-size 64 \
-    --lengths 1024 2048 4096 8192 16384 --json "$OUT/b1/generation.json" >> "$OUT/b1/cells.log" 2>&1
-echo "generation: rc $? in $((SECONDS - start)) s"
-timeout $((590 - SECONDS)) python3 tools/segnext_official_latency.py --variant t \
-    --device cuda --dtype float32 --batches 1 16 --repeats 100 --warmup 10 \
-    --batch-repeats 6 --batch-warmup 2 --no-macs --cuda-graph --json "$OUT/b1/official.json"
+step generation 120 env KERAS_BACKEND=jax "$PY" -m kctx.bench generation --compiled \
+    --ham-block-size 64 --lengths $GEN_LENGTHS --json "$OUT/b1/generation.json"
+# At most 8 files come back: the variants of steps 3-6 and the two training steps, one file
+# each.
+"$PY" - "$OUT/b1" <<'PYTHON'
+import json, os, sys
+folder = sys.argv[1]
+for target, names in (("variants.json", ("command_buffers", "nhwc", "constant_weights",
+                                         "all_three", "square_taps")),
+                      ("train_steps.json", ("train_gathered", "train_matrix"))):
+    gathered = {}
+    for name in names:
+        path = os.path.join(folder, name + ".json")
+        if os.path.exists(path):
+            with open(path) as file:
+                gathered[name] = json.load(file)
+            os.remove(path)
+    with open(os.path.join(folder, target), "w") as file:
+        json.dump(gathered, file, indent=1)
+PYTHON
+ls "$OUT/b1"
 echo "done in $SECONDS s"

@@ -15,7 +15,8 @@ call is the wall time until the device has finished (``block_until_ready``,
 (``--batch-warmup`` / ``--batch-repeats`` at the larger batches).
 
 * **JAX**: the model's ``stateless_call`` under ``jax.jit``, compiled ahead of the
-  timing (compile time and XLA's cost analysis recorded). XLA's default precision:
+  timing (compile time, XLA's cost analysis and :func:`hlo_census` recorded), the weights
+  its arguments (``--constant-weights``: its constants). XLA's default precision:
   float32 convolutions and matmuls run on TF32 tensor cores.
 * **PyTorch**: the Keras model called eagerly under ``torch.no_grad()``
   (``torch.backends.cudnn.benchmark = True``, as mmsegmentation's runner sets it).
@@ -135,10 +136,13 @@ class Runner:
             self.torch.cuda.synchronize()
         return outputs
 
-    def forward(self, model, x):
+    def forward(self, model, x, constant_weights=False):
         """``(call, info)``: a function of no arguments computing ``model(x)`` for
         inference, compiled ahead on JAX (``info``: compile seconds, XLA's FLOPs and bytes
-        accessed)."""
+        accessed, :func:`hlo_census`). ``constant_weights`` (JAX): the weights are
+        constants of the compiled program instead of its arguments, so XLA folds what it
+        computes from them alone (the layout changes of the filters, say) at compile time,
+        as a program exported for inference can."""
         if self.backend == "jax":
             import jax
 
@@ -149,10 +153,15 @@ class Runner:
                 return model.stateless_call(state[0], state[1], x, training=False)[0]
 
             start = time.perf_counter()
-            compiled = jax.jit(forward).lower(state, x).compile()
+            if constant_weights:
+                compiled = jax.jit(lambda x: forward(state, x)).lower(x).compile()
+                arguments = (x,)
+            else:
+                compiled = jax.jit(forward).lower(state, x).compile()
+                arguments = (state, x)
             info = {"compile_s": round(time.perf_counter() - start, 2), **xla_cost(compiled),
-                    "hlo_census": hlo_census(compiled)}
-            return (lambda: compiled(state, x)), info
+                    "hlo_census": hlo_census(compiled, inputs=[x.shape])}
+            return (lambda: compiled(*arguments)), info
         torch = self.torch
 
         def call():
@@ -191,12 +200,19 @@ def xla_cost(compiled):
             if cost and key in cost}
 
 
-def hlo_census(compiled):
+def hlo_census(compiled, inputs=()):
     """What XLA made of a compiled JAX function, counted from its optimized HLO: the
     library calls by target (cuDNN convolutions, cuBLAS GEMMs...), and the kernels XLA
     writes itself (fusions), the layout changes (transposes, copies) and the rest, in the
     entry computation and every computation it calls. A static profile: where layout
-    changes around convolutions or unfused element-wise work would cost time."""
+    changes around convolutions or unfused element-wise work would cost time.
+
+    ``inputs``: the shapes of the call's data arguments (the images); the entry's other
+    parameters are the weights. A kernel of the entry computation that reads the weights
+    and constants alone, or nothing (a filter's layout change, a table of resize indices),
+    computes the same on every call: it is counted once more under ``"<kind> of weights
+    alone"``, a kernel that a program with the weights folded in as constants would not
+    launch (folding can merge other kernels too: a lower bound)."""
     import collections
     import re
 
@@ -204,12 +220,18 @@ def hlo_census(compiled):
         text = compiled.as_text()
     except Exception:  # noqa: BLE001 - not every backend gives it
         return {}
+    input_shapes = {",".join(str(int(d)) for d in shape) for shape in inputs}
     counts = collections.Counter()
     inside_fusion = False  # the bodies of fusions are one kernel each: not counted
+    in_entry = False
+    weight_only = set()  # entry values computed from the weights and constants alone
+    computations = set()  # the names of computations (what calls= and to_apply= name)
     for line in text.splitlines():
-        header = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        header = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
         if header:
-            inside_fusion = "fused" in header.group(1) or "fusion" in header.group(1)
+            computations.add(header.group(2))
+            in_entry = bool(header.group(1))
+            inside_fusion = "fused" in header.group(2) or "fusion" in header.group(2)
             continue
         match = re.search(r"=\s*(?:\([^=]*?\)|\S+)\s+([a-z][a-z0-9-]*)\(", line)
         if not match or inside_fusion:
@@ -217,10 +239,33 @@ def hlo_census(compiled):
         opcode = match.group(1)
         if opcode == "custom-call":
             target = re.search(r'custom_call_target="([^"]+)"', line)
-            counts[f"custom-call {target.group(1) if target else '?'}"] += 1
+            kind = f"custom-call {target.group(1) if target else '?'}"
         elif opcode in ("fusion", "transpose", "copy", "convolution", "dot", "reduce",
                         "all-reduce", "while", "conditional"):
-            counts[opcode] += 1
+            kind = opcode
+        else:
+            kind = None
+        if kind:
+            counts[kind] += 1
+        if not in_entry:
+            continue
+        name = re.match(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
+        if not name:
+            continue
+        if opcode == "parameter":
+            shape = re.search(r"=\s*\w+\[([\d,]*)\]", line)
+            if not shape or shape.group(1) not in input_shapes:
+                weight_only.add(name.group(1))
+            continue
+        if opcode == "constant":
+            weight_only.add(name.group(1))
+            continue
+        operands = [operand for operand in re.findall(r"%([\w.\-]+)", line[match.end():])
+                    if operand not in computations]
+        if all(operand in weight_only for operand in operands):  # none: a constant
+            weight_only.add(name.group(1))
+            if kind:
+                counts[f"{kind} of weights alone"] += 1
     return dict(sorted(counts.items()))
 
 
@@ -232,7 +277,7 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
                   json_path=None, profile=False, compile_only=False, backend_depthwise=False,
-                  matrix_resize=False, square_taps=False):
+                  matrix_resize=False, square_taps=False, constant_weights=False):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
     with ``profile``, where each call's time goes
@@ -268,11 +313,11 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     prepared = []
     for batch in batches:
         x = runner.to_device(random_images(batch, size, seed=batch))
-        call, info = runner.forward(model, x)
+        call, info = runner.forward(model, x, constant_weights=constant_weights)
         prepared.append((batch, call, info))
     result = {"framework": keras.backend.backend(), "variant": variant, "dtype": dtype,
               "backend_depthwise": backend_depthwise, "matrix_resize": matrix_resize,
-              "square_taps": square_taps,
+              "square_taps": square_taps, "constant_weights": constant_weights,
               "policy": POLICIES[dtype], "size": size, "num_classes": num_classes,
               "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
               "build_s": round(build_s, 2), "device": device_description(),
@@ -525,7 +570,7 @@ def main(args):
                              args.repeats, args.warmup, args.batch_repeats, args.batch_warmup,
                              args.check_fixtures, args.json, args.profile is not None,
                              args.compile_only, args.backend_depthwise,
-                             args.matrix_resize, args.square_taps)
+                             args.matrix_resize, args.square_taps, args.constant_weights)
     payload = run(args)
     device = (payload["device"] or {}).get("device_kind")
     report(payload, format_table(payload["rows"], device), args.json)
@@ -572,6 +617,10 @@ def add_arguments(parser):
                         help="with --cell on JAX: the square depthwise kernels (5×5, 3×3) as "
                              "kctx's sum of taps too, not XLA's convolution "
                              "(TapDepthwiseConv2D.SQUARE_TAPS; how lease 3 ran)")
+    parser.add_argument("--constant-weights", action="store_true",
+                        help="with --cell on JAX: the weights as constants of the compiled "
+                             "program, not its arguments, so XLA folds what it computes from "
+                             "them alone (hlo_census's \"of weights alone\" kernels)")
     parser.add_argument("--backend-depthwise", action="store_true",
                         help="with --cell: MSCAN's depthwise convolutions as the backend's "
                              "grouped convolution on JAX too, not kctx's sum of taps "
