@@ -150,13 +150,18 @@ def test_hlo_census_tells_the_kernels_that_read_the_weights_alone():
     assert segnext_gpu.hlo_census(Compiled())["transpose of weights alone"] == 2
 
 
-def test_the_committed_h200_runs_report():
-    """results/gpu_h200 (the leases of tools/gpu_measurements.py) stays readable: the
-    report the docs' GPU tables come from."""
+def _gpu_measurements():
     path = os.path.join(REPOSITORY, "tools", "gpu_measurements.py")
     spec = importlib.util.spec_from_file_location("gpu_measurements", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_committed_h200_runs_report():
+    """results/gpu_h200 (the leases of tools/gpu_measurements.py) stays readable: the
+    report the docs' GPU tables come from."""
+    tool = _gpu_measurements()
     folders = [os.path.join(REPOSITORY, "results", "gpu_h200", name)
                for name in ("lease1", "lease2", "lease3", "lease3b")]
     text = tool.report_runs(folders)
@@ -172,6 +177,52 @@ def test_the_committed_h200_runs_report():
     with open(os.path.join(folders[0], "blocks_gpu.json")) as f:
         ceilings = json.load(f)["blocks/jax"]["ceilings"]
     assert ceilings["copy_gb_per_s"] > 1000
+
+
+def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tmp_path):
+    """``--report`` on a folder of tools/gpu_batch1_lease.sh: each kctx form's batch-1 time
+    over the official model's fastest form (here its CUDA graph), with the profile's busy
+    time and kernels and the census's transposes and weight-only kernels; forms that did
+    not run are left out, the training steps and the generation rows follow."""
+    def cell(median, minimum, census=None):
+        return {"median_ms": median, "min_ms": minimum, "hlo_census": census or {}}
+
+    files = {
+        "default.json": {"device": {"device_kind": "NVIDIA H200"},
+                         "cells": {"1": cell(3.0, 2.8, {"transpose": 99, "fusion": 301,
+                                                        "fusion of weights alone": 31}),
+                                   "16": cell(13.0, 12.9)},
+                         "profiles": {"1": {"busy_ms": 1.5, "kernels_per_call": 500.0}}},
+        "official.json": {"cells": {"1": cell(12.0, 11.0), "16": cell(27.0, 26.0)},
+                          "cells_graph": {"1": cell(2.5, 2.4), "16": cell(26.0, 25.0)},
+                          "profiles": {"1": {"gpu_busy_ms": 2.2, "kernels_per_call": 610.0}}},
+        "variants.json": {"command_buffers": {"cells": {"1": cell(1.5, 1.4)}},
+                          "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}}},
+        "train_steps.json": {"train_gathered": {"step_ms": 120.5},
+                             "train_matrix": {"error": "timed out"}},
+        "generation.json": [{"mixer": "attention", "options": {}, "length": 1024, "batch": 1,
+                             "compiled": "jax.jit", "params": 10, "ms_per_token": 1.0,
+                             "tokens_per_second": 1000.0, "state_mb": 1.0}],
+    }
+    for name, payload in files.items():
+        (tmp_path / name).write_text(json.dumps(payload))
+    text = _gpu_measurements().report_runs([str(tmp_path)])
+    lines = {line.split("|")[0].strip(): line for line in text.splitlines() if "|" in line}
+    assert "NVIDIA H200" in text
+    assert lines["kctx JAX, its defaults"].split("|")[1].split() == [
+        "3.00", "(2.80)", "1.50", "500", "1.20", "!"]
+    assert "99 transpose" in lines["kctx JAX, its defaults"]
+    assert "31 fusion of weights alone" in lines["kctx JAX, its defaults"]
+    assert lines["kctx JAX, its defaults"].split("|")[2].split() == ["13.00", "(12.90)",
+                                                                     "0.50"]
+    assert lines["kctx, XLA command buffers"].split("|")[1].split() == [
+        "1.50", "(1.40)", "—", "—", "0.60"]
+    assert lines["official, eager"].split("|")[1].split() == ["12.00", "(11.00)", "2.20",
+                                                              "610", "4.80"]
+    assert lines["kctx, NHWC float32 convs"].split("|")[1].split() == ["—", "—", "—", "—"]
+    assert "kctx, weights as constants" not in lines  # not run
+    assert "train_gathered: 120.5 ms; train_matrix: timed out" in text
+    assert "attention" in text and "1000.0" in text
 
 
 def test_the_gpu_benchmark_refuses_tensorflow():

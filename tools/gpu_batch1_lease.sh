@@ -29,7 +29,7 @@
 # to /tmp/gpu-lease-dry unless OUT says where). Then, from the repository's root on the
 # device: run(command="bash tools/gpu_batch1_lease.sh", carry=[".whl"], timeout_s=600).
 # Writes to $OUT/b1 (at most 8 files come back, so the JSON of steps 3-6 and of step 7 are
-# gathered into one file each at the end).
+# gathered into one file each at the end) and prints the table of it all (report.txt).
 if [ -n "${DRY_RUN:-}" ]; then
     PY=$PWD/.venv/bin/python OUT=${OUT:-/tmp/gpu-lease-dry} TOTAL=3600 CAP_SCALE=4
     DEVICE=cpu SIZE=64 GEN_LENGTHS="128 256"
@@ -113,5 +113,9 @@ for target, names in (("variants.json", ("command_buffers", "nhwc", "constant_we
     with open(os.path.join(folder, target), "w") as file:
         json.dump(gathered, file, indent=1)
 PYTHON
+# The table of it all (tools/gpu_measurements.py --report reads such a folder), printed so
+# that the device call's output shows it, and kept beside the JSON.
+"$PY" tools/gpu_measurements.py --report "$OUT/b1" > "$OUT/b1/report.txt" 2>> "$LOG"
+cat "$OUT/b1/report.txt"
 ls "$OUT/b1"
 echo "done in $SECONDS s"

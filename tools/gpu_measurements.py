@@ -25,7 +25,9 @@ It measures, in processes that run one after another, each alone on the GPU
 Writes ``segnext_gpu.json``, ``blocks_gpu.json``, ``train_steps_gpu.json`` and
 ``gpu_measurements.md`` (the tables) to ``--out``, each JSON rewritten as results come
 in, and prints the tables. ``--smoke`` runs the same protocol at toy sizes (on a CPU too:
-``--official-device cpu``), to try it out.
+``--official-device cpu``), to try it out. ``--report DIR ...`` prints the tables of
+earlier runs' folders instead; a folder that ``tools/gpu_batch1_lease.sh`` wrote gives the
+batch-1 table of :func:`batch1_report`.
 """
 
 import argparse
@@ -41,6 +43,7 @@ sys.path.insert(0, str(REPOSITORY))
 # (the GPU machines have JAX and PyTorch, no TensorFlow).
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
+from kctx.bench import generation as generation_bench  # noqa: E402
 from kctx.bench import gpu_blocks, segnext_gpu  # noqa: E402
 from kctx.bench.standalone import run_in_turn, run_together  # noqa: E402
 
@@ -346,6 +349,8 @@ def report_runs(folders):
             table[3 + i] += f" | {row['run']}"
         tables.append("\n".join(table))
     for folder in folders:
+        if os.path.exists(os.path.join(folder, "default.json")):
+            tables.append(batch1_report(folder))
         path = os.path.join(folder, "blocks_gpu.json")
         if os.path.exists(path):
             with open(path) as f:
@@ -362,6 +367,94 @@ def report_runs(folders):
             tables.append(f"({os.path.basename(os.path.normpath(folder))}) "
                           + train_table(train))
     return "\n\n".join(tables)
+
+
+# The kctx forms of tools/gpu_batch1_lease.sh, in its order: (file, key or None, label).
+BATCH1_FORMS = (("default.json", None, "kctx JAX, its defaults"),
+                ("variants.json", "command_buffers", "kctx, XLA command buffers"),
+                ("variants.json", "nhwc", "kctx, NHWC float32 convs"),
+                ("variants.json", "constant_weights", "kctx, weights as constants"),
+                ("variants.json", "all_three", "kctx, those three together"),
+                ("variants.json", "square_taps", "kctx, square kernels as taps"))
+
+
+def batch1_report(folder):
+    """The table of one ``tools/gpu_batch1_lease.sh`` folder: SegNeXt-T float32 at batch 1
+    (and 16 where measured) in each form, the official model eager and as a CUDA graph,
+    each with its profile's busy GPU ms and kernels per call and the kctx forms' HLO
+    census (transposes, kernels that read the weights alone); then the training steps and
+    the generation benchmark's rows. ``×`` is over the official model's fastest form on
+    the same machine (the goal: at most 0.7)."""
+    def load(name):
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            return {}
+        with open(path) as f:
+            return json.load(f)
+
+    def cell(result, batch, key="cells"):
+        value = (result.get(key) or {}).get(str(batch)) or {}
+        return value if "median_ms" in value else {}
+
+    def ms(value):
+        return f"{value['median_ms']:.2f} ({value['min_ms']:.2f})" if value else "—"
+
+    official = load("official.json")
+    best = {}
+    for batch in (1, 16):
+        times = [c["median_ms"] for c in (cell(official, batch), cell(official, batch,
+                                                                      "cells_graph")) if c]
+        best[batch] = min(times) if times else None
+
+    def ratio(value, batch, flag=True):
+        if not value or not best[batch]:
+            return "—"
+        share = value["median_ms"] / best[batch]
+        return f"{share:.2f}{' !' if flag and share > segnext_gpu.GOAL else ''}"
+
+    def profile(result, batch):
+        found = (result.get("profiles") or {}).get(str(batch)) or {}
+        busy = found.get("busy_ms", found.get("gpu_busy_ms"))
+        kernels = found.get("kernels_per_call")
+        return (f"{busy:.2f}" if busy is not None else "—",
+                f"{kernels:.0f}" if kernels is not None else "—")
+
+    lines = [f"SegNeXt-T float32, batch 1 and 16 ({os.path.basename(os.path.normpath(folder))}"
+             f", {(load('default.json').get('device') or {}).get('device_kind', '?')}): ms per "
+             "call, median (min); busy: the profile's GPU ms; x: over the official model's "
+             "fastest form (goal <= 0.7, '!': missed)",
+             f"{'form':30} | {'batch 1':>15} {'busy':>6} {'kernels':>7} {'x':>6} | "
+             f"{'batch 16':>15} {'x':>6} | HLO at batch 1"]
+    lines.append("-" * len(lines[1]))
+    for label, key in (("official, eager", "cells"), ("official, CUDA graph", "cells_graph")):
+        busy, kernels = profile(official, 1) if key == "cells" else ("", "")
+        one, many = cell(official, 1, key), cell(official, 16, key)
+        lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} "
+                     f"{ratio(one, 1, False):>6} | {ms(many):>15} {ratio(many, 16, False):>6} |")
+    for name, key, label in BATCH1_FORMS:
+        result = load(name)
+        result = result.get(key, {}) if key else result
+        if not result:
+            continue
+        one, many = cell(result, 1), cell(result, 16)
+        busy, kernels = profile(result, 1)
+        census = (one or {}).get("hlo_census") or {}
+        hlo = ", ".join(f"{census[k]} {k}" for k in sorted(census)
+                        if k.startswith(("transpose", "copy")) or "weights alone" in k)
+        lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} {ratio(one, 1):>6} | "
+                     f"{ms(many):>15} {ratio(many, 16):>6} | {hlo}")
+    train = load("train_steps.json")
+    if train:
+        lines.append("")
+        lines.append("SegNeXt-T's JAX training step: " + "; ".join(
+            f"{name}: {value['step_ms']:.1f} ms" if "step_ms" in value
+            else f"{name}: {value.get('error', 'no time')}"[:200]
+            for name, value in train.items()))
+    generation = load("generation.json")
+    if generation:
+        lines.append("")
+        lines.append(generation_bench.format_table(generation))
+    return "\n".join(lines)
 
 
 def _dump(path, payload):
