@@ -196,7 +196,8 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
         "official.json": {"cells": {"1": cell(12.0, 11.0), "16": cell(27.0, 26.0)},
                           "cells_graph": {"1": cell(2.5, 2.4), "16": cell(26.0, 25.0)},
                           "profiles": {"1": {"gpu_busy_ms": 2.2, "kernels_per_call": 610.0}}},
-        "variants.json": {"command_buffers": {"cells": {"1": cell(1.5, 1.4)}},
+        "variants.json": {"command_buffers": {"cells": {"1": dict(cell(1.5, 1.4),
+                                                                  dispatch_us=212.4)}},
                           "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}}},
         "train_steps.json": {"train_gathered": {"step_ms": 120.5},
                              "train_matrix": {"error": "timed out"}},
@@ -217,6 +218,7 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                                                                      "0.50"]
     assert lines["kctx, XLA command buffers"].split("|")[1].split() == [
         "1.50", "(1.40)", "—", "—", "0.60"]
+    assert lines["kctx, XLA command buffers"].split("|")[3].strip() == "dispatch 212 µs"
     assert lines["official, eager"].split("|")[1].split() == ["12.00", "(11.00)", "2.20",
                                                               "610", "4.80"]
     assert lines["kctx, NHWC float32 convs"].split("|")[1].split() == ["—", "—", "—", "—"]
@@ -250,6 +252,15 @@ def test_depthwise_taps_compute_keras_depthwise_convolution(kernel_size):
     expected = np.asarray(layer(x))
     got = np.asarray(depthwise_conv_taps(x, layer.kernel, layer.bias))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dispatch_us_calls_a_program_of_the_same_arguments():
+    """``dispatch_us`` compiles a program of the call's arguments as they are (a pytree of
+    weights and the image, all kept) and times its calls: a positive µs per call."""
+    import jax.numpy as jnp
+
+    weights = ([jnp.ones((3, 3)), jnp.zeros(4)], [jnp.ones(2)])
+    assert segnext_gpu.dispatch_us((weights, jnp.ones((1, 8, 8, 3))), calls=5) > 0
 
 
 def test_jax_profile_sums_the_traced_operations():

@@ -382,7 +382,8 @@ def batch1_report(folder):
     """The table of one ``tools/gpu_batch1_lease.sh`` folder: SegNeXt-T float32 at batch 1
     (and 16 where measured) in each form, the official model eager and as a CUDA graph,
     each with its profile's busy GPU ms and kernels per call and the kctx forms' HLO
-    census (transposes, kernels that read the weights alone); then the training steps and
+    census (transposes, kernels that read the weights alone) and host dispatch
+    (``segnext_gpu.dispatch_us``); then the training steps and
     the generation benchmark's rows. ``×`` is over the official model's fastest form on
     the same machine (the goal: at most 0.7)."""
     def load(name):
@@ -424,7 +425,7 @@ def batch1_report(folder):
              "call, median (min); busy: the profile's GPU ms; x: over the official model's "
              "fastest form (goal <= 0.7, '!': missed)",
              f"{'form':30} | {'batch 1':>15} {'busy':>6} {'kernels':>7} {'x':>6} | "
-             f"{'batch 16':>15} {'x':>6} | HLO at batch 1"]
+             f"{'batch 16':>15} {'x':>6} | HLO at batch 1, the host's dispatch of a call"]
     lines.append("-" * len(lines[1]))
     for label, key in (("official, eager", "cells"), ("official, CUDA graph", "cells_graph")):
         busy, kernels = profile(official, 1) if key == "cells" else ("", "")
@@ -439,8 +440,10 @@ def batch1_report(folder):
         one, many = cell(result, 1), cell(result, 16)
         busy, kernels = profile(result, 1)
         census = (one or {}).get("hlo_census") or {}
-        hlo = ", ".join(f"{census[k]} {k}" for k in sorted(census)
-                        if k.startswith(("transpose", "copy")) or "weights alone" in k)
+        hlo = ", ".join([f"{census[k]} {k}" for k in sorted(census)
+                         if k.startswith(("transpose", "copy")) or "weights alone" in k]
+                        + ([f"dispatch {one['dispatch_us']:.0f} µs"]
+                           if one.get("dispatch_us") is not None else []))
         lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} {ratio(one, 1):>6} | "
                      f"{ms(many):>15} {ratio(many, 16):>6} | {hlo}")
     train = load("train_steps.json")
