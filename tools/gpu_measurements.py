@@ -383,9 +383,9 @@ def batch1_report(folder):
     (and 16 where measured) in each form, the official model eager and as a CUDA graph,
     each with its profile's busy GPU ms and kernels per call and the kctx forms' HLO
     census (transposes, kernels that read the weights alone) and host dispatch
-    (``segnext_gpu.dispatch_us``); then the training steps and
-    the generation benchmark's rows. ``×`` is over the official model's fastest form on
-    the same machine (the goal: at most 0.7)."""
+    (``segnext_gpu.dispatch_us``); then the training steps and the generation benchmark's
+    rows. ``x`` is over the official model's fastest form on the same machine (the goal:
+    at most 0.7)."""
     def load(name):
         path = os.path.join(folder, name)
         if not os.path.exists(path):
