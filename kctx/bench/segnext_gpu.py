@@ -197,7 +197,14 @@ def dispatch_us(arguments, calls=500):
     device's end pays on top of its kernels. SegNeXt-T's weights as arguments, 545 arrays:
     223 µs on a 2-core AMD EPYC, against 6 µs for the image alone (``--constant-weights``;
     ``python -m kctx.bench.segnext_gpu --cell t float32 --batches 1 --size 64
-    [--constant-weights] --json F`` on the CPU, ``dispatch_us`` in F)."""
+    [--constant-weights] --json F`` on the CPU, ``dispatch_us`` in F).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> weights = [jnp.ones((3, 3)), jnp.zeros(4)]
+        >>> dispatch_us((weights, jnp.ones((1, 8, 8, 3))), calls=3) > 0
+        True
+    """
     import jax
 
     probe = jax.jit(lambda *a: jax.tree_util.tree_leaves(a)[-1].ravel()[0],
@@ -234,7 +241,16 @@ def hlo_census(compiled, inputs=()):
     and constants alone, or nothing (a filter's layout change, a table of resize indices),
     computes the same on every call: it is counted once more under ``"<kind> of weights
     alone"``, a kernel that a program with the weights folded in as constants would not
-    launch (folding can merge other kernels too: a lower bound)."""
+    launch (folding can merge other kernels too: a lower bound).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> w, x = jnp.ones((4, 4)), jnp.ones((2, 4))
+        >>> compiled = jax.jit(lambda w, x: x @ (w * 2.0)).lower(w, x).compile()
+        >>> census = hlo_census(compiled, inputs=[x.shape])
+        >>> census.get("dot", 0) + census.get("fusion", 0) >= 1
+        True
+    """
     import collections
     import re
 
