@@ -409,3 +409,55 @@ def test_gathered_bilinear_resize_is_the_default_resize(size):
     finally:
         resize.GATHER_PLATFORMS = platforms
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_function_is_the_model_as_one_program_per_shape():
+    """kctx.export.inference_function on this backend: the model's inference call, one
+    program per input shape (JAX: the weights as its constants, the values of the moment it
+    was made; PyTorch: the exported program, compiled by torch.compile or not), and
+    ``kctx.bench runtimes``' rows of this backend, in this process."""
+    from kctx.export import inference_function
+    from kctx.profile import RUNTIME_BACKENDS, runtime_latency
+
+    inputs = keras.Input((None, None, 8))
+    model = keras.Model(inputs, context_block("ham_nmf", rank=4, steps=2, seed=0)(inputs))
+    x = rng.standard_normal((2, 6, 6, 8)).astype("float32")
+    wide = rng.standard_normal((1, 6, 10, 8)).astype("float32")
+
+    def check(function, images, tolerance=1e-5):
+        # The model's own call after the function's: a tracer's stand-ins kept by a layer
+        # (kctx.layers._eager_constants) would break it.
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(function(images)),
+                                   keras.ops.convert_to_numpy(model(images, training=False)),
+                                   rtol=tolerance, atol=tolerance)
+
+    # On PyTorch the shapes' programs as exported (each compile is seconds of Inductor and
+    # the C++ compiler), then one compiled by torch.compile.
+    infer = inference_function(model, compile=BACKEND == "jax")
+    for images in (x, wide, x):
+        check(infer, images)
+    assert list(infer.programs) == [(((2, 6, 6, 8), "float32"),), (((1, 6, 10, 8), "float32"),)]
+    if BACKEND == "jax":
+        with pytest.raises(ValueError, match="compile=False applies to TensorFlow and PyTorch"):
+            inference_function(model, compile=False)
+        with pytest.raises(ValueError, match="Received: mode='reduce-overhead'"):
+            inference_function(model, mode="reduce-overhead")
+        before = keras.ops.convert_to_numpy(infer(x))
+        model.set_weights([2.0 * w for w in model.get_weights()])
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(infer(x)), before)
+        assert not np.allclose(keras.ops.convert_to_numpy(inference_function(model)(x)), before)
+    else:
+        assert not hasattr(infer.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")
+        compiled = inference_function(model)
+        check(compiled, x)
+        assert hasattr(compiled.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")
+        with pytest.raises(ValueError, match="Unknown `mode`"):
+            inference_function(model, mode="fastest")
+        with pytest.raises(ValueError, match="`mode` needs compile=True"):
+            inference_function(model, compile=False, mode="default")
+    spec = {"block": "ham_nmf", "kwargs": {"rank": 4, "steps": 2}, "input_shape": [6, 6, 8]}
+    for runtime in [r for r, backend in RUNTIME_BACKENDS.items() if backend == BACKEND]:
+        if runtime == "torch_compile":
+            continue  # compiled above; each compile is seconds of Inductor's C++ compiler
+        row = runtime_latency(spec, runtime, batch=2, repeats=2, warmup=1, isolate=False)
+        assert 0 < row["min_ms"] <= row["median_ms"] and row["first_call_ms"] > 0, runtime

@@ -198,6 +198,11 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                           "profiles": {"1": {"gpu_busy_ms": 2.2, "kernels_per_call": 610.0}}},
         "variants.json": {"command_buffers": {"cells": {"1": dict(cell(1.5, 1.4),
                                                                   dispatch_us=212.4)}},
+                          "torch_compile": {"cells": {"1": cell(2.0, 1.9)},
+                                            "cells_graph": {"1": cell(1.2, 1.1),
+                                                            "16": cell(11.0, 10.5)},
+                                            "profiles": {"1": {"gpu_busy_ms": 1.0,
+                                                               "kernels_per_call": 200.0}}},
                           "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}}},
         "train_steps.json": {"train_gathered": {"step_ms": 120.5},
                              "train_matrix": {"error": "timed out"}},
@@ -223,6 +228,13 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                                                               "610", "4.80"]
     assert lines["kctx, NHWC float32 convs"].split("|")[1].split() == ["—", "—", "—", "—"]
     assert "kctx, weights as constants" not in lines  # not run
+    # PyTorch's compiled program as it runs and replayed as a CUDA graph (no profile).
+    assert lines["kctx PyTorch, torch.compile"].split("|")[1].split() == [
+        "2.00", "(1.90)", "1.00", "200", "0.80", "!"]
+    assert lines["kctx PT, compiled + graph"].split("|")[1].split() == ["1.20", "(1.10)",
+                                                                        "0.48"]
+    assert lines["kctx PT, compiled + graph"].split("|")[2].split() == ["11.00", "(10.50)",
+                                                                        "0.42"]
     assert "train_gathered: 120.5 ms; train_matrix: timed out" in text
     assert "attention" in text and "1000.0" in text
 

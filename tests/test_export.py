@@ -15,6 +15,7 @@ from kctx.export import (
     artifact_size,
     export_model,
     float32_model,
+    inference_function,
     load_artifact,
 )
 from kctx.layers import context_block, context_block_names
@@ -441,3 +442,33 @@ def test_int8_keeps_the_ham_in_float_and_runs(tmp_path):
         export_model(model, tmp_path / "all.tflite", format="litert", quantize="int8",
                      representative_data=calibration, float_layers=[])
     assert not os.path.exists(tmp_path / "all.tflite")
+
+
+def test_inference_function_on_tensorflow_with_and_without_xla():
+    """kctx.export.inference_function on TensorFlow: a ``tf.function`` of the inference
+    call per input signature, with XLA or as TensorFlow's graph, several inputs in the
+    model's structure; its arguments checked (JAX and PyTorch: tests/backend_checks.py)."""
+    from kctx.profile import runtime_latency
+
+    first, second = keras.Input((4, 4, 8), name="first"), keras.Input((4, 4, 8), name="second")
+    block = context_block("ham_nmf", rank=4, steps=2, seed=0)
+    model = keras.Model([first, second], block(keras.layers.Add()([first, second])))
+    rng = np.random.default_rng(0)
+    x = [rng.standard_normal((2, 4, 4, 8)).astype("float32") for _ in range(2)]
+    expected = keras.ops.convert_to_numpy(model(x, training=False))
+    for compile in (True, False):
+        infer = inference_function(model, compile=compile)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(infer(x)), expected,
+                                   rtol=RTOL, atol=ATOL)
+        infer([array[:1] for array in x])
+        program = infer.programs[(((2, 4, 4, 8), "float32"),) * 2]
+        assert len(infer.programs) == 2 and program._jit_compile is compile
+    with pytest.raises(ValueError, match="Received: mode='default' on KERAS_BACKEND="):
+        inference_function(model, mode="default")
+    with pytest.raises(ValueError, match="Received: compile='yes'"):
+        inference_function(model, compile="yes")
+    with pytest.raises(ValueError, match="must be built"):
+        inference_function(keras.layers.Dense(2))
+    spec = {"block": "ham_nmf", "kwargs": {"rank": 4, "steps": 2}, "input_shape": [4, 4, 8]}
+    with pytest.raises(ValueError, match="runs on KERAS_BACKEND='torch'"):
+        runtime_latency(spec, "torch_compile", batch=1, isolate=False)

@@ -30,7 +30,8 @@ INTRODUCTIONS = {
     "kctx.profile": "Parameters, multiply-adds counted from the traced graph, latency and peak "
                     "memory of a layer or model, in a fresh process; receptive fields.",
     "kctx.export": "SavedModel, ONNX and LiteRT artifacts (float, dynamic-range or full int8), "
-                   "loaded back in their runtimes and checked.",
+                   "loaded back in their runtimes and checked; in process, the model as one "
+                   "compiled program of its backend.",
     "kctx.training": "The runner every workflow uses: configs, run folders, step checkpoints "
                      "with exact resume, deterministic mode, the command lines, optimizers.",
     "kctx.data": "The embedded default data (scikit-learn's digits), TFDS readers and the "

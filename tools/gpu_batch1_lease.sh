@@ -7,22 +7,27 @@
 #   2. the official model on the same machine, eager and as a CUDA graph, profiled
 #      (torch.profiler: its kernels' busy time beside kctx's, so the gap splits into
 #      the GPU's work and the launches between kernels);
-#   3. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
+#   3. kctx on PyTorch through kctx.export.inference_function: the exported program compiled
+#      by torch.compile (Inductor), timed as it is and replayed as a CUDA graph, profiled
+#      (on 2 CPU cores it took SegNeXt-T at 512x512 from 668 ms in Keras' eager call to
+#      280 ms: python -m kctx.bench runtimes --models segnext_t --batches 1);
+#   4. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
 #      command up: whether launch overhead is the batch-1 gap (the flags are XLA's of
 #      2025-26; an XLA that refuses them fails this process only);
-#   4. kctx with cuDNN's float32 convolutions in NHWC (--xla_gpu_force_conv_nhwc): older
+#   5. kctx with cuDNN's float32 convolutions in NHWC (--xla_gpu_force_conv_nhwc): older
 #      XLA gives float32 convolutions NCHW (newer XLA gives every 2-D one NHWC on Hopper),
 #      so lease 4's 99 transposes beside the 99 convolutions are the images' layout
 #      changes or the filters' (hlo_census now counts the kernels that read the weights
 #      alone, and the profile names them);
-#   5. kctx with the weights as constants of the program (--constant-weights): XLA folds
+#   6. kctx with the weights as constants of the program (--inference-function: JAX's
+#      kctx.export.inference_function): XLA folds
 #      the filters' layout changes at compile time, and a call dispatches the image alone
 #      (each cell's dispatch_us: 545 weight arrays cost 223 us a call on a 2-core EPYC);
-#      then 3, 4 and 5 together;
-#   6. the square kernels as taps again, batch 1 with 200 repeats (lease 4's were noisy);
-#   7. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
+#      then 4, 5 and 6 together;
+#   7. the square kernels as taps again, batch 1 with 200 repeats (lease 4's were noisy);
+#   8. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
 #      a scatter-add) and with jax.image.resize's matrices;
-#   8. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit).
+#   9. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit).
 # Each step gets at most what is left of 585 s, so the call ends inside its limit and the
 # later steps are the ones a slow machine drops.
 # On this machine, first: bash tools/gpu_wheels.sh (the wheels, into .whl/), and the dry
@@ -30,7 +35,7 @@
 # .venv's Python and `import tensorflow` failing as it does on the device; its output goes
 # to /tmp/gpu-lease-dry unless OUT says where). Then, from the repository's root on the
 # device: run(command="bash tools/gpu_batch1_lease.sh", carry=[".whl"], timeout_s=600).
-# Writes to $OUT/b1 (at most 8 files come back, so the JSON of steps 3-6 and of step 7 are
+# Writes to $OUT/b1 (at most 8 files come back, so the JSON of steps 3-7 and of step 8 are
 # gathered into one file each at the end) and prints the table of it all (report.txt).
 if [ -n "${DRY_RUN:-}" ]; then
     PY=$PWD/.venv/bin/python OUT=${OUT:-/tmp/gpu-lease-dry} TOTAL=3600 CAP_SCALE=4
@@ -68,10 +73,13 @@ step() {  # step NAME CAP COMMAND...: one process, its output appended to the lo
     timeout "$limit" "$@" >> "$LOG" 2>&1
     echo "$name: rc $? in $((SECONDS - start)) s"
 }
-segnext() {  # segnext NAME BATCHES FLAGS...: SegNeXt-T float32 on JAX
-    local name=$1 batches=$2; shift 2
-    step "$name" 150 env KERAS_BACKEND=jax "$PY" -m kctx.bench.segnext_gpu --cell t float32 \
-        --size $SIZE --batches $batches $REPEATS "$@" --json "$OUT/b1/$name.json"
+segnext_on() {  # segnext_on BACKEND CAP NAME BATCHES FLAGS...: SegNeXt-T float32
+    local backend=$1 cap=$2 name=$3 batches=$4; shift 4
+    step "$name" $cap env KERAS_BACKEND=$backend "$PY" -m kctx.bench.segnext_gpu --cell t \
+        float32 --size $SIZE --batches $batches $REPEATS "$@" --json "$OUT/b1/$name.json"
+}
+segnext() {  # segnext NAME BATCHES FLAGS...: on JAX
+    segnext_on jax 150 "$@"
 }
 COMMAND_BUFFERS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUDNN,CUSTOM_CALL \
 --xla_gpu_graph_min_graph_size=1"
@@ -80,10 +88,11 @@ segnext default "1 16" --profile
 step official 120 "$PY" tools/segnext_official_latency.py --variant t --device $DEVICE \
     --size $SIZE --dtype float32 --batches 1 16 $REPEATS --no-macs --cuda-graph --profile \
     --json "$OUT/b1/official.json"
+segnext_on torch 240 torch_compile "1 16" --inference-function --profile
 XLA_FLAGS="$COMMAND_BUFFERS" segnext command_buffers 1
 XLA_FLAGS="$NHWC" segnext nhwc "1 16" --profile
-segnext constant_weights 1 --constant-weights
-XLA_FLAGS="$NHWC $COMMAND_BUFFERS" segnext all_three 1 --constant-weights
+segnext constant_weights 1 --inference-function
+XLA_FLAGS="$NHWC $COMMAND_BUFFERS" segnext all_three 1 --inference-function
 segnext square_taps 1 --square-taps
 train() {  # train NAME PYTHON-PRELUDE: SegNeXt-T's training step on JAX, batch 16 of 512²
     step "train_$1" 120 env KERAS_BACKEND=jax "$PY" -c "$2
@@ -97,12 +106,13 @@ train matrix "import kctx.ops.resize as r; r.GATHER_PLATFORMS = ()"
 # mixer, the Hamburger blocked (L = 64), each token's step one jax.jit program.
 step generation 120 env KERAS_BACKEND=jax "$PY" -m kctx.bench generation --compiled \
     --ham-block-size 64 --lengths $GEN_LENGTHS --json "$OUT/b1/generation.json"
-# At most 8 files come back: the variants of steps 3-6 and the two training steps, one file
+# At most 8 files come back: the variants of steps 3-7 and the two training steps, one file
 # each.
 "$PY" - "$OUT/b1" <<'PYTHON'
 import json, os, sys
 folder = sys.argv[1]
-for target, names in (("variants.json", ("command_buffers", "nhwc", "constant_weights",
+for target, names in (("variants.json", ("torch_compile", "command_buffers", "nhwc",
+                                         "constant_weights",
                                          "all_three", "square_taps")),
                       ("train_steps.json", ("train_gathered", "train_matrix"))):
     gathered = {}

@@ -369,13 +369,16 @@ def report_runs(folders):
     return "\n\n".join(tables)
 
 
-# The kctx forms of tools/gpu_batch1_lease.sh, in its order: (file, key or None, label).
-BATCH1_FORMS = (("default.json", None, "kctx JAX, its defaults"),
-                ("variants.json", "command_buffers", "kctx, XLA command buffers"),
-                ("variants.json", "nhwc", "kctx, NHWC float32 convs"),
-                ("variants.json", "constant_weights", "kctx, weights as constants"),
-                ("variants.json", "all_three", "kctx, those three together"),
-                ("variants.json", "square_taps", "kctx, square kernels as taps"))
+# The kctx forms of tools/gpu_batch1_lease.sh, in its order: (file, key or None, the
+# cells' key, label).
+BATCH1_FORMS = (("default.json", None, "cells", "kctx JAX, its defaults"),
+                ("variants.json", "torch_compile", "cells", "kctx PyTorch, torch.compile"),
+                ("variants.json", "torch_compile", "cells_graph", "kctx PT, compiled + graph"),
+                ("variants.json", "command_buffers", "cells", "kctx, XLA command buffers"),
+                ("variants.json", "nhwc", "cells", "kctx, NHWC float32 convs"),
+                ("variants.json", "constant_weights", "cells", "kctx, weights as constants"),
+                ("variants.json", "all_three", "cells", "kctx, those three together"),
+                ("variants.json", "square_taps", "cells", "kctx, square kernels as taps"))
 
 
 def batch1_report(folder):
@@ -432,13 +435,15 @@ def batch1_report(folder):
         one, many = cell(official, 1, key), cell(official, 16, key)
         lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} "
                      f"{ratio(one, 1, False):>6} | {ms(many):>15} {ratio(many, 16, False):>6} |")
-    for name, key, label in BATCH1_FORMS:
+    for name, key, cells, label in BATCH1_FORMS:
         result = load(name)
         result = result.get(key, {}) if key else result
         if not result:
             continue
-        one, many = cell(result, 1), cell(result, 16)
-        busy, kernels = profile(result, 1)
+        one, many = cell(result, 1, cells), cell(result, 16, cells)
+        if cells != "cells" and not (one or many):
+            continue
+        busy, kernels = profile(result, 1) if cells == "cells" else ("", "")
         census = (one or {}).get("hlo_census") or {}
         hlo = ", ".join([f"{census[k]} {k}" for k in sorted(census)
                          if k.startswith(("transpose", "copy")) or "weights alone" in k]

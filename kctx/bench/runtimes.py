@@ -1,9 +1,11 @@
 """Inference latency of the same models in six CPU runtimes, one table.
 
-Rows: the Ham (NMF) layer at 128×128×512 (r = 64, K = 6: Table 3's setting) and KANet_KV
-at 224×224, at batch 1 and 8 (a workflow puts its own models beside them through
-``main(args, models)``); columns: Keras on TensorFlow, with XLA, on JAX (jit), and the model
-exported to ONNX Runtime, LiteRT float32 and LiteRT int8. Each cell is the median of
+Rows: the Ham (NMF) layer at 128×128×512 (r = 64, K = 6: Table 3's setting), KANet_KV
+at 224×224 and SegNeXt-T at 512×512, at batch 1 and 8 (a workflow puts its own models beside
+them through ``main(args, models)``); columns (:data:`kctx.profile.RUNTIMES`): Keras on
+TensorFlow, with XLA, on JAX (jit) and on PyTorch; :func:`kctx.export.inference_function` on
+JAX (the weights as constants), as PyTorch's exported program and compiled by
+``torch.compile``; the model exported to ONNX Runtime, LiteRT float32 and LiteRT int8. Each cell is the median of
 ``--repeats`` calls after ``--warmup`` in a fresh process
 (:func:`kctx.profile.runtime_latency`), random weights and inputs.
 """
@@ -21,6 +23,9 @@ MODELS = {
     "kanet_kv": ("KANet_KV 224×224",
                  {"builder": "kctx.models:kanet",
                   "kwargs": {"variant": "kv", "input_shape": [224, 224, 3]}}),
+    "segnext_t": ("SegNeXt-T 512×512 (150 classes)",
+                  {"builder": "kctx.models:segnext",
+                   "kwargs": {"variant": "t", "input_shape": [512, 512, 3]}}),
 }
 
 
@@ -63,8 +68,8 @@ def format_table(rows):
     threads = {row.get("threads") for row in rows if "threads" in row}
     lines.append("")
     lines.append("Median ms per call, each cell in a fresh process; ONNX Runtime and LiteRT on "
-                 f"{', '.join(map(str, sorted(threads)))} thread(s), TensorFlow and JAX on their "
-                 "defaults (every core).")
+                 f"{', '.join(map(str, sorted(threads)))} thread(s), TensorFlow, JAX and PyTorch on "
+                 "their defaults (every core).")
     return "\n".join(lines)
 
 

@@ -16,10 +16,13 @@ call is the wall time until the device has finished (``block_until_ready``,
 
 * **JAX**: the model's ``stateless_call`` under ``jax.jit``, compiled ahead of the
   timing (compile time, XLA's cost analysis and :func:`hlo_census` recorded), the weights
-  its arguments (``--constant-weights``: its constants). XLA's default precision:
+  its arguments (``--inference-function``: its constants, through
+  :func:`kctx.export.inference_function`). XLA's default precision:
   float32 convolutions and matmuls run on TF32 tensor cores.
 * **PyTorch**: the Keras model called eagerly under ``torch.no_grad()``
-  (``torch.backends.cudnn.benchmark = True``, as mmsegmentation's runner sets it).
+  (``torch.backends.cudnn.benchmark = True``, as mmsegmentation's runner sets it);
+  ``--inference-function``: :func:`kctx.export.inference_function`, the exported
+  program compiled by ``torch.compile`` (``--compile-mode``).
   PyTorch's defaults: float32 convolutions on TF32, matmuls in full float32.
 * **CUDA graphs** (PyTorch on a GPU, both sides): the same call captured once in a CUDA
   graph and replayed (:func:`kctx.bench.standalone.cuda_graph`), which removes Python's
@@ -53,6 +56,7 @@ from kctx.bench.standalone import (
     time_synced,
     wait_for_turn,
 )
+from kctx.export import TORCH_COMPILE_MODES
 
 VARIANTS = ("t", "s", "b", "l")
 BACKENDS = ("jax", "torch")
@@ -136,14 +140,28 @@ class Runner:
             self.torch.cuda.synchronize()
         return outputs
 
-    def forward(self, model, x, constant_weights=False):
+    def forward(self, model, x, inference_function=False, compile_mode=None):
         """``(call, info)``: a function of no arguments computing ``model(x)`` for
         inference, compiled ahead on JAX (``info``: compile seconds, XLA's FLOPs and bytes
-        accessed, :func:`hlo_census`, :func:`dispatch_us`). ``constant_weights`` (JAX):
-        the weights are constants of the compiled program instead of its arguments, so XLA
-        folds what it computes from them alone (the layout changes of the filters, say) at
-        compile time and a call dispatches the image alone, as a program exported for
-        inference can."""
+        accessed, :func:`hlo_census`, :func:`dispatch_us`). ``inference_function``: the
+        call through :func:`kctx.export.inference_function`, made here (``info``:
+        ``compile_s``, the first call's seconds): on JAX the weights are constants of the
+        compiled program instead of its arguments, so XLA folds what it computes from them
+        alone (the layout changes of the filters, say) at compile time and a call
+        dispatches the image alone; on PyTorch the exported program compiled by
+        ``torch.compile`` (``compile_mode``: its mode)."""
+        if inference_function:
+            from kctx.export import inference_function as make
+
+            infer = make(model, mode=compile_mode)
+            start = time.perf_counter()
+            self.synchronize(infer(x))
+            info = {"compile_s": round(time.perf_counter() - start, 2)}
+            if self.backend == "jax":
+                compiled = next(iter(infer.programs.values()))
+                info.update(xla_cost(compiled), hlo_census=hlo_census(compiled, inputs=[x.shape]),
+                            dispatch_us=dispatch_us((x,)))
+            return (lambda: infer(x)), info
         if self.backend == "jax":
             import jax
 
@@ -154,12 +172,8 @@ class Runner:
                 return model.stateless_call(state[0], state[1], x, training=False)[0]
 
             start = time.perf_counter()
-            if constant_weights:
-                compiled = jax.jit(lambda x: forward(state, x)).lower(x).compile()
-                arguments = (x,)
-            else:
-                compiled = jax.jit(forward).lower(state, x).compile()
-                arguments = (state, x)
+            compiled = jax.jit(forward).lower(state, x).compile()
+            arguments = (state, x)
             info = {"compile_s": round(time.perf_counter() - start, 2), **xla_cost(compiled),
                     "hlo_census": hlo_census(compiled, inputs=[x.shape]),
                     "dispatch_us": dispatch_us(arguments)}
@@ -195,9 +209,9 @@ def dispatch_us(arguments, calls=500):
     arrays, kept though unused) and computes next to nothing: JAX's dispatch of a call's
     arguments (the pytree's flattening, each buffer's checks), which a call timed to the
     device's end pays on top of its kernels. SegNeXt-T's weights as arguments, 545 arrays:
-    223 µs on a 2-core AMD EPYC, against 6 µs for the image alone (``--constant-weights``;
+    223 µs on a 2-core AMD EPYC, against 6 µs for the image alone (``--inference-function``;
     ``python -m kctx.bench.segnext_gpu --cell t float32 --batches 1 --size 64
-    [--constant-weights] --json F`` on the CPU, ``dispatch_us`` in F).
+    [--inference-function] --json F`` on the CPU, ``dispatch_us`` in F).
 
     Example:
         >>> import jax.numpy as jnp
@@ -315,7 +329,8 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
                   json_path=None, profile=False, compile_only=False, backend_depthwise=False,
-                  matrix_resize=False, square_taps=False, constant_weights=False):
+                  matrix_resize=False, square_taps=False, inference_function=False,
+                  compile_mode=None):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
     with ``profile``, where each call's time goes
@@ -351,11 +366,12 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     prepared = []
     for batch in batches:
         x = runner.to_device(random_images(batch, size, seed=batch))
-        call, info = runner.forward(model, x, constant_weights=constant_weights)
+        call, info = runner.forward(model, x, inference_function, compile_mode)
         prepared.append((batch, call, info))
     result = {"framework": keras.backend.backend(), "variant": variant, "dtype": dtype,
               "backend_depthwise": backend_depthwise, "matrix_resize": matrix_resize,
-              "square_taps": square_taps, "constant_weights": constant_weights,
+              "square_taps": square_taps, "inference_function": inference_function,
+              "compile_mode": compile_mode,
               "policy": POLICIES[dtype], "size": size, "num_classes": num_classes,
               "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
               "build_s": round(build_s, 2), "device": device_description(),
@@ -608,7 +624,8 @@ def main(args):
                              args.repeats, args.warmup, args.batch_repeats, args.batch_warmup,
                              args.check_fixtures, args.json, args.profile is not None,
                              args.compile_only, args.backend_depthwise,
-                             args.matrix_resize, args.square_taps, args.constant_weights)
+                             args.matrix_resize, args.square_taps, args.inference_function,
+                             args.compile_mode)
     payload = run(args)
     device = (payload["device"] or {}).get("device_kind")
     report(payload, format_table(payload["rows"], device), args.json)
@@ -655,10 +672,15 @@ def add_arguments(parser):
                         help="with --cell on JAX: the square depthwise kernels (5×5, 3×3) as "
                              "kctx's sum of taps too, not XLA's convolution "
                              "(TapDepthwiseConv2D.SQUARE_TAPS; how lease 3 ran)")
-    parser.add_argument("--constant-weights", action="store_true",
-                        help="with --cell on JAX: the weights as constants of the compiled "
-                             "program, not its arguments, so XLA folds what it computes from "
-                             "them alone (hlo_census's \"of weights alone\" kernels)")
+    parser.add_argument("--inference-function", action="store_true",
+                        help="with --cell: the call through kctx.export.inference_function: "
+                             "on JAX the weights as constants of the compiled program, not "
+                             "its arguments, so XLA folds what it computes from them alone "
+                             "(hlo_census's \"of weights alone\" kernels); on PyTorch the "
+                             "exported program compiled by torch.compile")
+    parser.add_argument("--compile-mode", choices=TORCH_COMPILE_MODES,
+                        help="with --inference-function on PyTorch: torch.compile's mode "
+                             "(reduce-overhead: its CUDA graphs)")
     parser.add_argument("--backend-depthwise", action="store_true",
                         help="with --cell: MSCAN's depthwise convolutions as the backend's "
                              "grouped convolution on JAX too, not kctx's sum of taps "

@@ -12,7 +12,8 @@ def torch_constant(layer, name, device, key, make):
     queue and cannot be captured in a CUDA graph. The other backends trace the call once
     and hold such constants in the program, so only PyTorch layers keep them. The cache
     lives outside Keras' attribute tracking and ``torch.nn.Module``'s registries: it is not
-    state, and not saved.
+    state, and not saved. Tensors made while a tracer runs the call (``torch.export``,
+    ``torch.compile``: :func:`kctx.export.inference_function`) are returned, not kept.
 
     Args:
         layer: the layer that keeps the constants.
@@ -27,6 +28,19 @@ def torch_constant(layer, name, device, key, make):
     cached = layer.__dict__.get(name)
     if cached is None or cached[0] != (key, device):
         with keras.device(device):
-            cached = ((key, device), make())
+            made = make()
+        if not _plain(made):  # made while a tracer runs the call (torch.export, dynamo)
+            return made
+        cached = ((key, device), made)
         object.__setattr__(layer, name, cached)
     return cached[1]
+
+
+def _plain(tensors):
+    """Whether ``tensors`` are all plain tensors with data: not the fake or functional
+    stand-ins of a tracer (``torch.export``, ``torch.compile``), which are good for that
+    trace alone; a layer that kept one would compute with it in every later eager call."""
+    import torch
+
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter)
+               for t in keras.tree.flatten(tensors))

@@ -18,11 +18,13 @@ from kctx.profile.receptive_field import (EffectiveReceptiveField, ReceptiveFiel
                                           effective_receptive_field, register_global_layer,
                                           register_receptive_field_rule,
                                           theoretical_receptive_field)
-from kctx.profile.runtimes import RUNTIME_NAMES, RUNTIMES, model_from_spec, runtime_latency
+from kctx.profile.runtimes import (RUNTIME_BACKENDS, RUNTIME_NAMES, RUNTIMES, model_from_spec,
+                                   runtime_latency)
 
 __all__ = [
     "EffectiveReceptiveField",
     "RUNTIMES",
+    "RUNTIME_BACKENDS",
     "RUNTIME_NAMES",
     "ReceptiveField",
     "Window",
