@@ -424,7 +424,7 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
     x = rng.standard_normal((2, 6, 6, 8)).astype("float32")
     wide = rng.standard_normal((1, 6, 10, 8)).astype("float32")
 
-    def check(function, images, tolerance=1e-5):
+    def check(function, images, tolerance=1e-4):
         # The model's own call after the function's: a tracer's stand-ins kept by a layer
         # (kctx.layers._eager_constants) would break it.
         np.testing.assert_allclose(keras.ops.convert_to_numpy(function(images)),
