@@ -8,7 +8,8 @@
 #      (torch.profiler: its kernels' busy time beside kctx's, so the gap splits into
 #      the GPU's work and the launches between kernels);
 #   3. kctx on PyTorch through kctx.export.inference_function: the exported program compiled
-#      by torch.compile (Inductor), timed as it is and replayed as a CUDA graph, profiled
+#      by torch.compile (Inductor), timed as it is and replayed as a CUDA graph, profiled,
+#      at batch 1 (batch 16 after step 6: each shape is another Inductor compile)
 #      (on 2 CPU cores it took SegNeXt-T at 512x512 from 668 ms in Keras' eager call to
 #      280 ms: python -m kctx.bench runtimes --models segnext_t --batches 1);
 #   4. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
@@ -88,11 +89,12 @@ segnext default "1 16" --profile
 step official 120 "$PY" tools/segnext_official_latency.py --variant t --device $DEVICE \
     --size $SIZE --dtype float32 --batches 1 16 $REPEATS --no-macs --cuda-graph --profile \
     --json "$OUT/b1/official.json"
-segnext_on torch 240 torch_compile "1 16" --inference-function --profile
+segnext_on torch 200 torch_compile 1 --inference-function --profile
 XLA_FLAGS="$COMMAND_BUFFERS" segnext command_buffers 1
 XLA_FLAGS="$NHWC" segnext nhwc "1 16" --profile
 segnext constant_weights 1 --inference-function
 XLA_FLAGS="$NHWC $COMMAND_BUFFERS" segnext all_three 1 --inference-function
+segnext_on torch 200 torch_compile_16 16 --inference-function
 segnext square_taps 1 --square-taps
 train() {  # train NAME PYTHON-PRELUDE: SegNeXt-T's training step on JAX, batch 16 of 512²
     step "train_$1" 120 env KERAS_BACKEND=jax "$PY" -c "$2
@@ -111,8 +113,19 @@ step generation 120 env KERAS_BACKEND=jax "$PY" -m kctx.bench generation --compi
 "$PY" - "$OUT/b1" <<'PYTHON'
 import json, os, sys
 folder = sys.argv[1]
-for target, names in (("variants.json", ("torch_compile", "command_buffers", "nhwc",
-                                         "constant_weights",
+# PyTorch's batch-16 process into the batch-1 one's cells.
+path = os.path.join(folder, "torch_compile_16.json")
+if os.path.exists(path) and os.path.exists(os.path.join(folder, "torch_compile.json")):
+    with open(path) as file:
+        batch16 = json.load(file)
+    with open(os.path.join(folder, "torch_compile.json")) as file:
+        batch1 = json.load(file)
+    for key in ("cells", "cells_graph"):
+        batch1.setdefault(key, {}).update(batch16.get(key) or {})
+    with open(os.path.join(folder, "torch_compile.json"), "w") as file:
+        json.dump(batch1, file, indent=1)
+for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "command_buffers",
+                                         "nhwc", "constant_weights",
                                          "all_three", "square_taps")),
                       ("train_steps.json", ("train_gathered", "train_matrix"))):
     gathered = {}
