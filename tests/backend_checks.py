@@ -420,7 +420,8 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
     from kctx.profile import RUNTIME_BACKENDS, runtime_latency
 
     inputs = keras.Input((None, None, 8))
-    model = keras.Model(inputs, context_block("ham_nmf", rank=4, steps=2, seed=0)(inputs))
+    features = keras.layers.Conv2D(8, 3, padding="same")(inputs)
+    model = keras.Model(inputs, context_block("ham_nmf", rank=4, steps=2, seed=0)(features))
     x = rng.standard_normal((2, 6, 6, 8)).astype("float32")
     wide = rng.standard_normal((1, 6, 10, 8)).astype("float32")
 
@@ -448,6 +449,25 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
         assert not np.allclose(keras.ops.convert_to_numpy(inference_function(model)(x)), before)
     else:
         assert not hasattr(infer.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")
+        # The exported graph without Keras' two copies of the convolution's input.
+        import torch
+
+        from kctx.export import _drop_layout_copies
+
+        class Inference(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, images):
+                return self.model(images, training=False)
+
+        tensor = keras.ops.convert_to_tensor(x)
+        with torch.no_grad():
+            program = torch.export.export(Inference(), (tensor,), strict=False).module()
+            before = keras.ops.convert_to_numpy(program(tensor))
+            assert _drop_layout_copies(program) == 1 and _drop_layout_copies(program) == 0
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(program(tensor)), before)
         compiled = inference_function(model)
         check(compiled, x)
         assert hasattr(compiled.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")

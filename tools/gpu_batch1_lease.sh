@@ -9,7 +9,9 @@
 #      the GPU's work and the launches between kernels);
 #   3. kctx on PyTorch through kctx.export.inference_function: the exported program compiled
 #      by torch.compile (Inductor), timed as it is and replayed as a CUDA graph, profiled,
-#      at batch 1 (batch 16 after step 6: each shape is another Inductor compile)
+#      at batch 1 (batch 16 after step 6: each shape is another Inductor compile); then the
+#      exported program as it is, without Keras' two copies of each convolution's input
+#      (kctx.export._drop_layout_copies), at batch 1 and 16, also as a CUDA graph
 #      (on 2 CPU cores it took SegNeXt-T at 512x512 from 668 ms in Keras' eager call to
 #      280 ms: python -m kctx.bench runtimes --models segnext_t --batches 1);
 #   4. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
@@ -90,6 +92,7 @@ step official 120 "$PY" tools/segnext_official_latency.py --variant t --device $
     --size $SIZE --dtype float32 --batches 1 16 $REPEATS --no-macs --cuda-graph --profile \
     --json "$OUT/b1/official.json"
 segnext_on torch 200 torch_compile 1 --inference-function --profile
+segnext_on torch 90 torch_export "1 16" --inference-function exported
 XLA_FLAGS="$COMMAND_BUFFERS" segnext command_buffers 1
 XLA_FLAGS="$NHWC" segnext nhwc "1 16" --profile
 segnext constant_weights 1 --inference-function
@@ -124,7 +127,8 @@ if os.path.exists(path) and os.path.exists(os.path.join(folder, "torch_compile.j
         batch1.setdefault(key, {}).update(batch16.get(key) or {})
     with open(os.path.join(folder, "torch_compile.json"), "w") as file:
         json.dump(batch1, file, indent=1)
-for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "command_buffers",
+for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "torch_export",
+                                         "command_buffers",
                                          "nhwc", "constant_weights",
                                          "all_three", "square_taps")),
                       ("train_steps.json", ("train_gathered", "train_matrix"))):

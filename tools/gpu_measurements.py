@@ -374,6 +374,8 @@ def report_runs(folders):
 BATCH1_FORMS = (("default.json", None, "cells", "kctx JAX, its defaults"),
                 ("variants.json", "torch_compile", "cells", "kctx PyTorch, torch.compile"),
                 ("variants.json", "torch_compile", "cells_graph", "kctx PT, compiled + graph"),
+                ("variants.json", "torch_export", "cells", "kctx PyTorch, torch.export"),
+                ("variants.json", "torch_export", "cells_graph", "kctx PT, exported + graph"),
                 ("variants.json", "command_buffers", "cells", "kctx, XLA command buffers"),
                 ("variants.json", "nhwc", "cells", "kctx, NHWC float32 convs"),
                 ("variants.json", "constant_weights", "cells", "kctx, weights as constants"),

@@ -22,7 +22,8 @@ call is the wall time until the device has finished (``block_until_ready``,
 * **PyTorch**: the Keras model called eagerly under ``torch.no_grad()``
   (``torch.backends.cudnn.benchmark = True``, as mmsegmentation's runner sets it);
   ``--inference-function``: :func:`kctx.export.inference_function`, the exported
-  program compiled by ``torch.compile`` (``--compile-mode``).
+  program compiled by ``torch.compile`` (``--compile-mode``), or not
+  (``--inference-function exported``).
   PyTorch's defaults: float32 convolutions on TF32, matmuls in full float32.
 * **CUDA graphs** (PyTorch on a GPU, both sides): the same call captured once in a CUDA
   graph and replayed (:func:`kctx.bench.standalone.cuda_graph`), which removes Python's
@@ -140,20 +141,21 @@ class Runner:
             self.torch.cuda.synchronize()
         return outputs
 
-    def forward(self, model, x, inference_function=False, compile_mode=None):
+    def forward(self, model, x, inference_function=None, compile_mode=None):
         """``(call, info)``: a function of no arguments computing ``model(x)`` for
         inference, compiled ahead on JAX (``info``: compile seconds, XLA's FLOPs and bytes
-        accessed, :func:`hlo_census`, :func:`dispatch_us`). ``inference_function``: the
-        call through :func:`kctx.export.inference_function`, made here (``info``:
-        ``compile_s``, the first call's seconds): on JAX the weights are constants of the
-        compiled program instead of its arguments, so XLA folds what it computes from them
-        alone (the layout changes of the filters, say) at compile time and a call
-        dispatches the image alone; on PyTorch the exported program compiled by
-        ``torch.compile`` (``compile_mode``: its mode)."""
+        accessed, :func:`hlo_census`, :func:`dispatch_us`). ``inference_function``
+        (``"compiled"`` or ``"exported"``): the call through
+        :func:`kctx.export.inference_function`, made here (``info``: ``compile_s``, the
+        first call's seconds): on JAX the weights are constants of the compiled program
+        instead of its arguments, so XLA folds what it computes from them alone (the layout
+        changes of the filters, say) at compile time and a call dispatches the image alone;
+        on PyTorch the exported program, compiled by ``torch.compile`` (``compile_mode``:
+        its mode) or not (``"exported"``)."""
         if inference_function:
             from kctx.export import inference_function as make
 
-            infer = make(model, mode=compile_mode)
+            infer = make(model, compile=inference_function == "compiled", mode=compile_mode)
             start = time.perf_counter()
             self.synchronize(infer(x))
             info = {"compile_s": round(time.perf_counter() - start, 2)}
@@ -329,7 +331,7 @@ def timing_settings(batch, repeats, warmup, batch_repeats, batch_warmup):
 def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_classes=150,
                   repeats=50, warmup=10, batch_repeats=10, batch_warmup=3, check_fixtures=None,
                   json_path=None, profile=False, compile_only=False, backend_depthwise=False,
-                  matrix_resize=False, square_taps=False, inference_function=False,
+                  matrix_resize=False, square_taps=False, inference_function=None,
                   compile_mode=None):
     """Measure ``segnext(variant)`` in this process at each batch size (see the module's
     docstring); with ``check_fixtures``, the GPU's distance from the official outputs;
@@ -672,12 +674,14 @@ def add_arguments(parser):
                         help="with --cell on JAX: the square depthwise kernels (5×5, 3×3) as "
                              "kctx's sum of taps too, not XLA's convolution "
                              "(TapDepthwiseConv2D.SQUARE_TAPS; how lease 3 ran)")
-    parser.add_argument("--inference-function", action="store_true",
+    parser.add_argument("--inference-function", nargs="?", const="compiled",
+                        choices=("compiled", "exported"),
                         help="with --cell: the call through kctx.export.inference_function: "
                              "on JAX the weights as constants of the compiled program, not "
                              "its arguments, so XLA folds what it computes from them alone "
                              "(hlo_census's \"of weights alone\" kernels); on PyTorch the "
-                             "exported program compiled by torch.compile")
+                             "exported program compiled by torch.compile, or as exported "
+                             "(exported: PyTorch only)")
     parser.add_argument("--compile-mode", choices=TORCH_COMPILE_MODES,
                         help="with --inference-function on PyTorch: torch.compile's mode "
                              "(reduce-overhead: its CUDA graphs)")
