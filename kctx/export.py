@@ -556,7 +556,8 @@ def inference_function(model, compile=True, mode=None):
 
     Measured for SegNeXt-T at 512×512, batch 1, on 2 AMD EPYC cores (``python -m
     kctx.bench runtimes --models segnext_t --batches 1``, docs/shipping.md): on PyTorch
-    2.13, Keras' eager call 668 ms, compiled 280 ms (its first call: 90 s of compiling).
+    2.13, Keras' eager call 666 ms, the exported program 372 ms, compiled 246 ms (its
+    first call: 89 s of compiling).
 
     Args:
         model: a built ``keras.Model`` (or layer).
@@ -665,9 +666,9 @@ def _drop_layout_copies(program):
     a copy to channels-first memory, then one back to channels-last. The permuted view of
     a (B, H, W, C) tensor is channels-last already, so the second ``contiguous`` can read it
     directly and neither copy is made: the same values, and SegNeXt-T's 177 convolutions
-    at 512×512 on 2 CPU cores 645 → 375 ms a call. Not for ``torch.compile``: Inductor
-    lays out the copies itself, and its program from the rewritten graph was slower (566
-    against 223 ms).
+    at 512×512 on 2 CPU cores 508 → 213 ms a call (``KERAS_BACKEND=torch python
+    tools/layout_copies_cpu.py``). Not for ``torch.compile``: Inductor lays out the copies
+    itself, and its program from the rewritten graph was slower (514 against 213 ms).
     """
     import torch
 
