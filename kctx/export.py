@@ -639,7 +639,8 @@ def _jax_program(model, inputs, compile, mode, weights):
     return jax.jit(forward).lower(inputs).compile()
 
 
-def _torch_program(model, inputs, compile, mode, weights):
+def _torch_exported(model, inputs):
+    """``model(inputs, training=False)`` as ``torch.export``'s module (the ATen graph)."""
     import torch
 
     class Inference(torch.nn.Module):
@@ -650,7 +651,13 @@ def _torch_program(model, inputs, compile, mode, weights):
         def forward(self, inputs):
             return self.model(inputs, training=False)
 
-    program = torch.export.export(Inference(), (inputs,), strict=False).module()
+    return torch.export.export(Inference(), (inputs,), strict=False).module()
+
+
+def _torch_program(model, inputs, compile, mode, weights):
+    import torch
+
+    program = _torch_exported(model, inputs)
     if compile:
         return torch.compile(program, mode=mode)
     _drop_layout_copies(program)

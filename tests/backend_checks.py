@@ -452,19 +452,11 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
         # The exported graph without Keras' two copies of the convolution's input.
         import torch
 
-        from kctx.export import _drop_layout_copies
-
-        class Inference(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
-
-            def forward(self, images):
-                return self.model(images, training=False)
+        from kctx.export import _drop_layout_copies, _torch_exported
 
         tensor = keras.ops.convert_to_tensor(x)
         with torch.no_grad():
-            program = torch.export.export(Inference(), (tensor,), strict=False).module()
+            program = _torch_exported(model, tensor)
             before = keras.ops.convert_to_numpy(program(tensor))
             assert _drop_layout_copies(program) == 1 and _drop_layout_copies(program) == 0
             np.testing.assert_array_equal(keras.ops.convert_to_numpy(program(tensor)), before)

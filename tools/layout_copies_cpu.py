@@ -21,23 +21,15 @@ def measure(size, repeats, rewrite, compile):
     import numpy as np
     import torch
 
-    from kctx.export import _drop_layout_copies
+    from kctx.export import _drop_layout_copies, _torch_exported
     from kctx.models import segnext
 
     model = segnext("t", num_classes=150, input_shape=(size, size, 3))
     x = keras.ops.convert_to_tensor(np.random.default_rng(0).uniform(
         0, 255, (1, size, size, 3)).astype("float32"))
 
-    class Inference(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, images):
-            return self.model(images, training=False)
-
     with torch.no_grad():
-        program = torch.export.export(Inference(), (x,), strict=False).module()
+        program = _torch_exported(model, x)
         rewritten = _drop_layout_copies(program) if rewrite else 0
         if compile:
             program = torch.compile(program)
