@@ -193,12 +193,18 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                                                         "fusion of weights alone": 31}),
                                    "16": cell(13.0, 12.9)},
                          "profiles": {"1": {"busy_ms": 1.5, "kernels_per_call": 500.0}}},
-        "official.json": {"cells": {"1": cell(12.0, 11.0), "16": cell(27.0, 26.0)},
+        "official.json": {"cells": {"1": dict(cell(12.0, 11.0),
+                                              torch_census={"kernels": 499,
+                                                            "kernels of weights alone": 1}),
+                                    "16": cell(27.0, 26.0)},
                           "cells_graph": {"1": cell(2.5, 2.4), "16": cell(26.0, 25.0)},
                           "profiles": {"1": {"gpu_busy_ms": 2.2, "kernels_per_call": 610.0}}},
         "variants.json": {"command_buffers": {"cells": {"1": dict(cell(1.5, 1.4),
                                                                   dispatch_us=212.4)}},
-                          "torch_compile": {"cells": {"1": cell(2.0, 1.9)},
+                          "torch_compile": {"cells": {"1": dict(cell(2.0, 1.9),
+                                                                inductor_census={
+                                                                    "kernels": 421,
+                                                                    "generated": 196})},
                                             "cells_graph": {"1": cell(1.2, 1.1),
                                                             "16": cell(11.0, 10.5)},
                                             "profiles": {"1": {"gpu_busy_ms": 1.0,
@@ -233,6 +239,11 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
         "2.00", "(1.90)", "1.00", "200", "0.80", "!"]
     assert lines["kctx PT, compiled + graph"].split("|")[1].split() == ["1.20", "(1.10)",
                                                                         "0.48"]
+    # The kernels each PyTorch call launches, counted from ATen's dispatch or Inductor's code.
+    assert lines["official, eager"].split("|")[3].strip() == (
+        "499 ATen kernels (1 of weights alone)")
+    assert lines["kctx PyTorch, torch.compile"].split("|")[3].strip() == (
+        "421 Inductor kernels (196 generated)")
     assert lines["kctx PT, compiled + graph"].split("|")[2].split() == ["11.00", "(10.50)",
                                                                         "0.42"]
     assert "train_gathered: 120.5 ms; train_matrix: timed out" in text

@@ -425,18 +425,38 @@ def batch1_report(folder):
         return (f"{busy:.2f}" if busy is not None else "—",
                 f"{kernels:.0f}" if kernels is not None else "—")
 
+    def static(value):
+        """The call's static census: XLA's HLO (layout changes, kernels of the weights
+        alone) and JAX's host dispatch, or PyTorch's ATen kernels, or Inductor's."""
+        census = value.get("hlo_census") or {}
+        parts = [f"{census[k]} {k}" for k in sorted(census)
+                 if k.startswith(("transpose", "copy")) or "weights alone" in k]
+        if value.get("dispatch_us") is not None:
+            parts.append(f"dispatch {value['dispatch_us']:.0f} µs")
+        aten = value.get("torch_census") or {}
+        if aten:
+            parts.append(f"{aten['kernels']} ATen kernels "
+                         f"({aten.get('kernels of weights alone', 0)} of weights alone)")
+        inductor = value.get("inductor_census") or {}
+        if inductor:
+            parts.append(f"{inductor['kernels']} Inductor kernels "
+                         f"({inductor.get('generated', 0)} generated)")
+        return ", ".join(parts)
+
     lines = [f"SegNeXt-T float32, batch 1 and 16 ({os.path.basename(os.path.normpath(folder))}"
              f", {(load('default.json').get('device') or {}).get('device_kind', '?')}): ms per "
              "call, median (min); busy: the profile's GPU ms; x: over the official model's "
              "fastest form (goal <= 0.7, '!': missed)",
              f"{'form':30} | {'batch 1':>15} {'busy':>6} {'kernels':>7} {'x':>6} | "
-             f"{'batch 16':>15} {'x':>6} | HLO at batch 1, the host's dispatch of a call"]
+             f"{'batch 16':>15} {'x':>6} | batch 1's kernels counted: HLO (and the host's "
+             "dispatch), ATen, Inductor"]
     lines.append("-" * len(lines[1]))
     for label, key in (("official, eager", "cells"), ("official, CUDA graph", "cells_graph")):
         busy, kernels = profile(official, 1) if key == "cells" else ("", "")
         one, many = cell(official, 1, key), cell(official, 16, key)
         lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} "
-                     f"{ratio(one, 1, False):>6} | {ms(many):>15} {ratio(many, 16, False):>6} |")
+                     f"{ratio(one, 1, False):>6} | {ms(many):>15} {ratio(many, 16, False):>6} | "
+                     f"{static(cell(official, 1)) if key == 'cells' else ''}".rstrip())
     for name, key, cells, label in BATCH1_FORMS:
         result = load(name)
         result = result.get(key, {}) if key else result
@@ -446,13 +466,9 @@ def batch1_report(folder):
         if cells != "cells" and not (one or many):
             continue
         busy, kernels = profile(result, 1) if cells == "cells" else ("", "")
-        census = (one or {}).get("hlo_census") or {}
-        hlo = ", ".join([f"{census[k]} {k}" for k in sorted(census)
-                         if k.startswith(("transpose", "copy")) or "weights alone" in k]
-                        + ([f"dispatch {one['dispatch_us']:.0f} µs"]
-                           if one.get("dispatch_us") is not None else []))
         lines.append(f"{label:30} | {ms(one):>15} {busy:>6} {kernels:>7} {ratio(one, 1):>6} | "
-                     f"{ms(many):>15} {ratio(many, 16):>6} | {hlo}")
+                     f"{ms(many):>15} {ratio(many, 16):>6} | "
+                     f"{static(one) if cells == 'cells' else ''}".rstrip())
     train = load("train_steps.json")
     if train:
         lines.append("")

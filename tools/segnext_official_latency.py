@@ -62,6 +62,7 @@ _spec.loader.exec_module(_standalone)
 cpu_jiffies, other_load = _standalone.cpu_jiffies, _standalone.other_load
 time_synced, wait_for_turn = _standalone.time_synced, _standalone.wait_for_turn
 cuda_graph, torch_profile = _standalone.cuda_graph, _standalone.torch_profile
+torch_census = _standalone.torch_census
 depthwise_kind = _standalone.depthwise_kind
 (CONV_1X1, CONV_3X3, ELEMENTWISE, LAYOUT, HEAD_RESIZE, HEAD_CONV, HEAD_NORM, HAMBURGER,
  UPSAMPLE, OVERHEAD) = (getattr(_standalone, name) for name in (
@@ -298,6 +299,8 @@ def inference_cells(args, device):
     with torch.no_grad():
         for batch in args.batches:
             cells[str(batch)] = timed_cell(args, device, lambda: infer(images[batch]), batch)
+            cells[str(batch)]["torch_census"] = torch_census(lambda: infer(images[batch]),
+                                                             inputs=[images[batch]])
         if args.cuda_graph and device.cuda:
             draw_dictionaries_on_the_gpu()
             for batch in args.batches:

@@ -50,8 +50,10 @@ from kctx.arguments import output_path, positive_int
 from kctx.bench import report
 from kctx.bench.standalone import (
     cuda_graph,
+    inductor_census,
     jax_profile,
     package_versions,
+    torch_census,
     torch_profile,
     run_in_turn,
     time_synced,
@@ -151,18 +153,30 @@ class Runner:
         instead of its arguments, so XLA folds what it computes from them alone (the layout
         changes of the filters, say) at compile time and a call dispatches the image alone;
         on PyTorch the exported program, compiled by ``torch.compile`` (``compile_mode``:
-        its mode) or not (``"exported"``)."""
+        its mode; ``info``: :func:`kctx.bench.standalone.inductor_census` of its code) or
+        not (``"exported"``). On PyTorch without Inductor, ``info`` has the call's
+        :func:`kctx.bench.standalone.torch_census`."""
         if inference_function:
             from kctx.export import inference_function as make
 
             infer = make(model, compile=inference_function == "compiled", mode=compile_mode)
             start = time.perf_counter()
-            self.synchronize(infer(x))
+            if self.backend == "torch" and inference_function == "compiled":
+                from torch._inductor.utils import run_and_get_code
+
+                outputs, code = run_and_get_code(infer, x)
+                self.synchronize(outputs)
+            else:
+                self.synchronize(infer(x))
             info = {"compile_s": round(time.perf_counter() - start, 2)}
             if self.backend == "jax":
                 compiled = next(iter(infer.programs.values()))
                 info.update(xla_cost(compiled), hlo_census=hlo_census(compiled, inputs=[x.shape]),
                             dispatch_us=dispatch_us((x,)))
+            elif inference_function == "compiled":
+                info["inductor_census"] = inductor_census(code)
+            else:
+                info["torch_census"] = torch_census(lambda: infer(x), inputs=[x])
             return (lambda: infer(x)), info
         if self.backend == "jax":
             import jax
@@ -186,7 +200,7 @@ class Runner:
             with torch.no_grad():
                 return model(x, training=False)
 
-        return call, {}
+        return call, {"torch_census": torch_census(call, inputs=[x])}
 
     def reset_peak_memory(self):
         if self.backend == "torch" and self.torch.cuda.is_available():

@@ -203,6 +203,118 @@ def torch_profile(call, synchronize, calls=3, top=25):
                      "ms_per_call": round(key(e) / 1e3 / calls, 4)} for e in ranked]}
 
 
+# ATen operations that launch no kernel: views and aliases (``OpOverload.is_view``),
+# allocations, and the exported graph's checks of its tensors' metadata.
+_NO_KERNEL = ("detach", "alias", "empty", "empty_strided", "empty_like",
+              "_assert_tensor_metadata", "_assert_scalar", "sym_size", "sym_stride")
+
+
+def torch_census(call, inputs=()):
+    """The ATen operations of one ``call()`` (PyTorch work of no arguments, run once more
+    here), counted as they dispatch: each operation that computes (not a view, an alias,
+    an allocation or a metadata check) by name, and their sum under ``"kernels"``: a
+    static profile of an eager call or an exported program, what a GPU launches one by one
+    (a library call may launch more than one kernel: ``torch_profile``'s
+    ``kernels_per_call`` counts those on a GPU). An operation none of whose tensors comes
+    from ``inputs`` (the image: the weights' layout changes, batch norm's
+    ``rsqrt(var + ε)``, a random draw) is counted once more under ``"<name> of weights
+    alone"`` and ``"kernels of weights alone"``: work a program with its weights folded
+    in would not repeat.
+
+    Example:
+        >>> import torch
+        >>> w, x = torch.ones(4, 4), torch.ones(2, 4)
+        >>> census = torch_census(lambda: x @ (w * 2.0).t(), inputs=[x])
+        >>> census["kernels"], census["kernels of weights alone"]
+        (2, 1)
+    """
+    import collections
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    derived = weakref.WeakValueDictionary()  # id → tensor computed from the inputs
+    for tensor in inputs:
+        derived[id(tensor)] = tensor
+    counts = collections.Counter()
+
+    def from_inputs(tensor):
+        return derived.get(id(tensor)) is tensor
+
+    class Census(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            outputs = func(*args, **(kwargs or {}))
+            tensors = [t for t in tree_flatten((args, kwargs))[0]
+                       if isinstance(t, torch.Tensor)]
+            if any(from_inputs(t) for t in tensors):
+                for tensor in tree_flatten(outputs)[0]:
+                    if isinstance(tensor, torch.Tensor):
+                        derived[id(tensor)] = tensor
+                weights_alone = False
+            else:
+                weights_alone = True
+            name = func.overloadpacket.__name__
+            if not func.is_view and name not in _NO_KERNEL:
+                counts[name] += 1
+                counts["kernels"] += 1
+                if weights_alone:
+                    counts[f"{name} of weights alone"] += 1
+                    counts["kernels of weights alone"] += 1
+            return outputs
+
+    with Census():
+        call()
+    counts.setdefault("kernels of weights alone", 0)
+    return dict(sorted(counts.items()))
+
+
+def inductor_census(code):
+    r"""The kernels of Inductor's program, counted from the Python code ``torch.compile``
+    wrote (``torch._inductor.utils.run_and_get_code``'s sources): in each ``call``
+    function, the kernels Inductor generated (``"generated"``: Triton on a GPU, C++ on a
+    CPU, each a fusion of element-wise and reduction work), the library calls by name
+    (``"extern convolution"``: cuDNN or oneDNN, ``"extern bmm"``...) and the ATen
+    operations it left to PyTorch (``"fallback <name>"``), and their sum under
+    ``"kernels"``, to set beside :func:`torch_census` of the uncompiled call.
+
+    Example:
+        >>> code = ("def call(args):\n    buf0 = empty_strided_cpu((2,), (1,))\n"
+        ...         "    cpp_fused_add_0(arg0_1, buf0)\n"
+        ...         "    buf1 = extern_kernels.mm(buf0, arg1_1)\n    return (buf1, )\n")
+        >>> inductor_census([code])
+        {'extern mm': 1, 'generated': 1, 'kernels': 2}
+    """
+    import collections
+    import re
+
+    counts = collections.Counter()
+    for source in code:
+        lines = source.splitlines()
+        for start, line in enumerate(lines):
+            if not line.lstrip().startswith("def call("):
+                continue
+            indent = len(line) - len(line.lstrip())
+            for body in lines[start + 1:]:
+                stripped = body.strip()
+                if stripped and len(body) - len(body.lstrip()) <= indent:
+                    break
+                if not stripped or stripped.startswith(("#", "assert_", "del ")):
+                    continue
+                if re.search(r"\b(triton_\w+)\.run\(|^(cpp_fused_\w+)\(", stripped):
+                    kind = "generated"
+                elif match := re.search(r"extern_kernels\.(\w+)\(", stripped):
+                    kind = f"extern {match.group(1)}"
+                elif match := re.search(r"torch\.ops\.\w+\.(\w+)\.\w+\(", stripped):
+                    kind = f"fallback {match.group(1)}"
+                else:
+                    continue
+                counts[kind] += 1
+                counts["kernels"] += 1
+    return dict(sorted(counts.items()))
+
+
 def jax_profile(call, synchronize, calls=3, top=30):
     """Where ``call``'s time goes on JAX: ``jax.profiler`` traces ``calls`` calls, and the
     trace (``jax.profiler.ProfileData``) is summed by name, like :func:`torch_profile`:
