@@ -547,17 +547,20 @@ def inference_function(model, compile=True, mode=None):
       on 2 AMD EPYC cores, see :func:`kctx.bench.segnext_gpu.dispatch_us`). The weights are
       those of this call; make the function again after they change.
     - **PyTorch:** ``torch.export.export`` of the call (the graph of ATen operations, run
-      without Keras' Python code around each layer), then ``torch.compile`` (Inductor's fused
-      kernels; ``mode="reduce-overhead"`` also replays them as CUDA graphs on a GPU). With
-      ``compile=False``, the exported graph without the two copies Keras makes of each
-      convolution's input. The program reads the model's variables.
+      without Keras' Python code around each layer), with what it computes from the
+      weights alone (the filters' channels-last copies, batch norm's ``rsqrt(var + ε)``)
+      computed once and kept as its constants, as on JAX: make the function again after
+      the weights change. Then ``torch.compile`` (Inductor's fused kernels;
+      ``mode="reduce-overhead"`` also replays them as CUDA graphs on a GPU); with
+      ``compile=False``, the graph as it is, without the two copies Keras makes of each
+      convolution's input.
     - **TensorFlow:** ``tf.function`` with ``jit_compile=compile``; it reads the model's
       variables.
 
     Measured for SegNeXt-T at 512×512, batch 1, on 2 AMD EPYC cores (``python -m
     kctx.bench runtimes --models segnext_t --batches 1``, docs/shipping.md): on PyTorch
-    2.13, Keras' eager call 666 ms, the exported program 372 ms, compiled 246 ms (its
-    first call: 89 s of compiling).
+    2.13, Keras' eager call 597 ms, the exported program 257 ms, compiled 248 ms (its
+    first call: 30–90 s of compiling).
 
     Args:
         model: a built ``keras.Model`` (or layer).
@@ -658,10 +661,72 @@ def _torch_program(model, inputs, compile, mode, weights):
     import torch
 
     program = _torch_exported(model, inputs)
-    if compile:
-        return torch.compile(program, mode=mode)
-    _drop_layout_copies(program)
-    return program
+    if not compile:
+        _drop_layout_copies(program)
+    _fold_weights(program)
+    return torch.compile(program, mode=mode) if compile else program
+
+
+def _fold_weights(program):
+    """Compute once what an exported graph computes from its weights alone, and keep the
+    results as the graph's constants (in place; returns how many values were folded).
+
+    On PyTorch, Keras redoes per call what depends on the weights alone: each convolution
+    copies its filter into channels-last memory, batch norm takes ``rsqrt(var + ε)·γ``,
+    a mixed-precision policy casts every weight. For SegNeXt-T that is 274 of the exported
+    graph's 1,067 kernels (:func:`kctx.bench.standalone.torch_census`). The same operations
+    run once here, so the outputs stay bit for bit the same; the weights become a snapshot,
+    as on JAX. Random draws are not folded. SegNeXt-T at batch 1 on 2 CPU cores
+    (``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py --size 64``): the
+    exported program 46.1 → 39.8 ms at 64×64, compiled by ``torch.compile`` 13.6 → 12.6 ms
+    (421 → 394 kernels); at 512×512, where the images' work dwarfs the weights', no
+    difference beyond the machine's noise.
+    """
+    import torch
+    from torch.fx.node import map_arg
+
+    weights_alone = set()
+    frontier = []
+    for node in program.graph.nodes:
+        if node.op == "get_attr":
+            weights_alone.add(node)
+        elif (node.op == "call_function"
+                and all(n in weights_alone for n in node.all_input_nodes)
+                and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
+                and node.users):
+            weights_alone.add(node)
+    for node in weights_alone:
+        if node.op == "call_function" and any(user not in weights_alone for user in node.users):
+            frontier.append(node)
+    interpreter = torch.fx.Interpreter(program)
+    values = {}
+
+    def value(node):
+        if node not in values:
+            if node.op == "get_attr":
+                values[node] = interpreter.fetch_attr(node.target)
+            else:
+                args, kwargs = map_arg((node.args, node.kwargs), value)
+                values[node] = node.target(*args, **kwargs)
+        return values[node]
+
+    folded = 0
+    for node in frontier:
+        if not isinstance(value(node), torch.Tensor):  # a size, say: left to the call
+            continue
+        name = f"_kctx_folded_{folded}"
+        program.register_buffer(name, value(node).detach(), persistent=False)
+        with program.graph.inserting_before(node):
+            constant = program.graph.get_attr(name)
+        node.replace_all_uses_with(constant)
+        folded += 1
+    for node in reversed(program.graph.nodes):  # in-place ones too (``rsqrt_``): run once
+        if node in weights_alone and node.op == "call_function" and not node.users:
+            program.graph.erase_node(node)
+    program.graph.eliminate_dead_code()
+    program.graph.lint()
+    program.recompile()
+    return folded
 
 
 def _drop_layout_copies(program):
@@ -673,9 +738,9 @@ def _drop_layout_copies(program):
     a copy to channels-first memory, then one back to channels-last. The permuted view of
     a (B, H, W, C) tensor is channels-last already, so the second ``contiguous`` can read it
     directly and neither copy is made: the same values, and SegNeXt-T's 177 convolutions
-    at 512×512 on 2 CPU cores 508 → 213 ms a call (``KERAS_BACKEND=torch python
-    tools/layout_copies_cpu.py``). Not for ``torch.compile``: Inductor lays out the copies
-    itself, and its program from the rewritten graph was slower (514 against 213 ms).
+    at 512×512 on 2 CPU cores 692 → 248 ms a call (``KERAS_BACKEND=torch python
+    tools/exported_rewrites_cpu.py``). Not for ``torch.compile``: Inductor lays out the
+    copies itself, and its program from the rewritten graph was slower (539 against 244 ms).
     """
     import torch
 

@@ -7,6 +7,8 @@ kctx.ops is pure keras.ops and kctx.layers wraps it with weights: both must run 
 backend, numerically equal to the NumPy reference of the paper.
 """
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from kctx.ops import (
     causal_vq,
     causal_vq_step,
     initial_causal_state,
+    gelu,
     matrix_decomposition,
     poly_nl,
 )
@@ -101,6 +104,14 @@ def test_poly_nl_equals_the_numpy_reference():
     for b in range(2):
         expected = ref.poly_nl_elementwise(Z[b].reshape(-1, 16).astype("float64"), w1, w2, w3)
         np.testing.assert_allclose(got[b].reshape(-1, 16), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_gelu_is_the_exact_gelu():
+    # The official models' nn.GELU on PyTorch, the erf formula elsewhere: the same function.
+    x = np.linspace(-8, 8, 1001, dtype="float32")
+    expected = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype("float64")])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(gelu(x)), expected, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_online_bases_move_in_training():
@@ -449,10 +460,12 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
         assert not np.allclose(keras.ops.convert_to_numpy(inference_function(model)(x)), before)
     else:
         assert not hasattr(infer.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")
-        # The exported graph without Keras' two copies of the convolution's input.
+        # The exported graph without Keras' two copies of the convolution's input, then
+        # with what it computes from the weights alone computed once: the same outputs.
         import torch
 
-        from kctx.export import _drop_layout_copies, _torch_exported
+        from kctx.bench.standalone import torch_census
+        from kctx.export import _drop_layout_copies, _fold_weights, _torch_exported
 
         tensor = keras.ops.convert_to_tensor(x)
         with torch.no_grad():
@@ -460,6 +473,16 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
             before = keras.ops.convert_to_numpy(program(tensor))
             assert _drop_layout_copies(program) == 1 and _drop_layout_copies(program) == 0
             np.testing.assert_array_equal(keras.ops.convert_to_numpy(program(tensor)), before)
+            census = torch_census(lambda: program(tensor), inputs=[tensor])
+            assert census["kernels of weights alone"] > 0, census
+            assert _fold_weights(program) > 0 and _fold_weights(program) == 0
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(program(tensor)), before)
+            folded = torch_census(lambda: program(tensor), inputs=[tensor])
+            assert folded["kernels of weights alone"] == 0, folded
+            assert folded["kernels"] == census["kernels"] - census["kernels of weights alone"]
+        # A function made after the weights change computes with the new ones.
+        model.set_weights([2.0 * w for w in model.get_weights()])
+        check(inference_function(model, compile=False), x)
         compiled = inference_function(model)
         check(compiled, x)
         assert hasattr(compiled.programs[(((2, 6, 6, 8), "float32"),)], "_orig_mod")

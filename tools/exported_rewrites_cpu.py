@@ -1,11 +1,17 @@
-"""Keras' two copies of each convolution's input on PyTorch, with and without
-``kctx.export._drop_layout_copies``, exported and compiled by ``torch.compile``.
+"""``inference_function``'s two rewrites of the exported graph on PyTorch, each measured
+with and without, as exported and compiled by ``torch.compile``: Keras' two copies of each
+convolution's input skipped (``kctx.export._drop_layout_copies``) and what the graph
+computes from the weights alone computed once (``kctx.export._fold_weights``).
 
-``KERAS_BACKEND=torch python tools/layout_copies_cpu.py [--size 512] [--repeats 10]``
-prints, for SegNeXt-T at batch 1, the median ms per call of the exported program as
-exported and rewritten, then of ``torch.compile`` of each (each form in a fresh process:
-Inductor keeps its caches per process), and the largest relative difference from Keras'
-eager call. Why ``inference_function`` rewrites only the program it does not compile.
+``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 512] [--repeats 10]
+[--json F]`` prints, for SegNeXt-T at batch 1, each form's median ms per call (each in a
+fresh process: Inductor keeps its caches per process), the kernels its call launches
+(``kctx.bench.standalone.torch_census`` of the exported program, ``inductor_census`` of the
+compiled one's code) and the largest relative difference from Keras' eager call. Why
+``inference_function`` folds the weights into both programs and drops the layout copies
+only from the one it does not compile (Inductor's program from that graph was slower).
+Committed runs: ``results/exported_rewrites_cpu.json`` (512×512) and
+``results/exported_rewrites_cpu_64.json`` (``--size 64 --repeats 20``).
 """
 
 import argparse
@@ -15,13 +21,18 @@ import subprocess
 import sys
 import time
 
+# (drop the layout copies, fold the weights, compile): the forms measured.
+FORMS = ((False, False, False), (True, False, False), (True, True, False),
+         (False, False, True), (True, False, True), (False, True, True))
 
-def measure(size, repeats, rewrite, compile):
+
+def measure(size, repeats, rewrite, fold, compile):
     import keras
     import numpy as np
     import torch
 
-    from kctx.export import _drop_layout_copies, _torch_exported
+    from kctx.bench.standalone import inductor_census, torch_census
+    from kctx.export import _drop_layout_copies, _fold_weights, _torch_exported
     from kctx.models import segnext
 
     model = segnext("t", num_classes=150, input_shape=(size, size, 3))
@@ -31,10 +42,17 @@ def measure(size, repeats, rewrite, compile):
     with torch.no_grad():
         program = _torch_exported(model, x)
         rewritten = _drop_layout_copies(program) if rewrite else 0
-        if compile:
-            program = torch.compile(program)
+        folded = _fold_weights(program) if fold else 0
         start = time.perf_counter()
-        out = program(x)
+        if compile:
+            from torch._inductor.utils import run_and_get_code
+
+            program = torch.compile(program)
+            out, code = run_and_get_code(program, x)
+            census = inductor_census(code)
+        else:
+            out = program(x)
+            census = torch_census(lambda: program(x), inputs=[x])
         first_s = time.perf_counter() - start
         expected = keras.ops.convert_to_numpy(model(x, training=False))
         error = float(np.abs(keras.ops.convert_to_numpy(out) - expected).max()
@@ -46,7 +64,8 @@ def measure(size, repeats, rewrite, compile):
             start = time.perf_counter()
             program(x)
             times.append((time.perf_counter() - start) * 1e3)
-    return {"rewrite": rewrite, "compile": compile, "rewritten": rewritten,
+    return {"rewrite": rewrite, "fold": fold, "compile": compile, "rewritten": rewritten,
+            "folded": folded, "kernels": census["kernels"],
             "median_ms": round(sorted(times)[len(times) // 2], 1), "min_ms": round(min(times), 1),
             "first_call_s": round(first_s, 1), "relative_error": error}
 
@@ -56,28 +75,29 @@ def main():
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json")
-    parser.add_argument("--form", nargs=2, help=argparse.SUPPRESS)  # one measuring process
+    parser.add_argument("--form", nargs=3, help=argparse.SUPPRESS)  # one measuring process
     args = parser.parse_args()
     if args.form:
-        result = measure(args.size, args.repeats, args.form[0] == "1", args.form[1] == "1")
+        result = measure(args.size, args.repeats, *(flag == "1" for flag in args.form))
         print("RESULT " + json.dumps(result))
         return
     rows = []
-    for compile in ("0", "1"):
-        for rewrite in ("0", "1"):
-            completed = subprocess.run(
-                [sys.executable, __file__, "--size", str(args.size), "--repeats",
-                 str(args.repeats), "--form", rewrite, compile], capture_output=True,
-                text=True, env=dict(os.environ, KERAS_BACKEND="torch"))
-            line = [x for x in completed.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                raise SystemExit(completed.stderr[-3000:])
-            row = json.loads(line[0][len("RESULT "):])
-            rows.append(row)
-            print(f"{'compiled' if row['compile'] else 'exported'}, "
-                  f"{'rewritten' if row['rewrite'] else 'as exported'} "
-                  f"({row['rewritten']} inputs): {row['median_ms']} ms (min {row['min_ms']}), "
-                  f"first call {row['first_call_s']} s, error {row['relative_error']:.1e}")
+    for form in FORMS:
+        completed = subprocess.run(
+            [sys.executable, __file__, "--size", str(args.size), "--repeats",
+             str(args.repeats), "--form", *("1" if flag else "0" for flag in form)],
+            capture_output=True, text=True, env=dict(os.environ, KERAS_BACKEND="torch"))
+        line = [x for x in completed.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            raise SystemExit(completed.stderr[-3000:])
+        row = json.loads(line[0][len("RESULT "):])
+        rows.append(row)
+        rewrites = [f"{row['rewritten']} layout copies dropped"] * row["rewrite"] + [
+            f"{row['folded']} values folded"] * row["fold"]
+        print(f"{'compiled' if row['compile'] else 'exported'}, "
+              f"{', '.join(rewrites) or 'as exported'}: {row['median_ms']} ms "
+              f"(min {row['min_ms']}), {row['kernels']} kernels, first call "
+              f"{row['first_call_s']} s, error {row['relative_error']:.1e}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"size": args.size, "repeats": args.repeats, "rows": rows}, f, indent=1)
