@@ -686,7 +686,6 @@ def _fold_weights(program):
     from torch.fx.node import map_arg
 
     weights_alone = set()
-    frontier = []
     for node in program.graph.nodes:
         if node.op == "get_attr":
             weights_alone.add(node)
@@ -695,9 +694,9 @@ def _fold_weights(program):
                 and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
                 and node.users):
             weights_alone.add(node)
-    for node in weights_alone:
-        if node.op == "call_function" and any(user not in weights_alone for user in node.users):
-            frontier.append(node)
+    frontier = [node for node in program.graph.nodes  # in the graph's order
+                if node in weights_alone and node.op == "call_function"
+                and any(user not in weights_alone for user in node.users)]
     interpreter = torch.fx.Interpreter(program)
     values = {}
 
