@@ -553,14 +553,14 @@ def inference_function(model, compile=True, mode=None):
       the weights change. Then ``torch.compile`` (Inductor's fused kernels;
       ``mode="reduce-overhead"`` also replays them as CUDA graphs on a GPU); with
       ``compile=False``, the graph as it is, without the two copies Keras makes of each
-      convolution's input.
+      convolution's input and without the export's checks of each tensor's metadata.
     - **TensorFlow:** ``tf.function`` with ``jit_compile=compile``; it reads the model's
       variables.
 
     Measured for SegNeXt-T at 512×512, batch 1, on 2 AMD EPYC cores (``python -m
     kctx.bench runtimes --models segnext_t --batches 1``, docs/shipping.md): on PyTorch
-    2.13, Keras' eager call 597 ms, the exported program 257 ms, compiled 248 ms (its
-    first call: 30–90 s of compiling).
+    2.13, Keras' eager call 650 ms, the exported program 293 ms, compiled 251 ms (its
+    first call: 20–90 s of compiling).
 
     Args:
         model: a built ``keras.Model`` (or layer).
@@ -663,8 +663,34 @@ def _torch_program(model, inputs, compile, mode, weights):
     program = _torch_exported(model, inputs)
     if not compile:
         _drop_layout_copies(program)
+        _drop_metadata_checks(program)
     _fold_weights(program)
     return torch.compile(program, mode=mode) if compile else program
+
+
+def _drop_metadata_checks(program):
+    """Remove an exported graph's checks of its tensors' metadata (in place; returns how
+    many were removed).
+
+    ``torch.export`` checks the dtype, device and layout of intermediate tensors as it
+    traced them (``aten._assert_tensor_metadata``: 1,647 calls in SegNeXt-T's graph), all
+    on the host, at every call. ``inference_function`` makes one program per input
+    signature, so the checks cannot fail there; without them SegNeXt-T's exported program
+    took 26.8 against 34.8 ms a call at 64×64 on 2 CPU cores
+    (``tools/exported_rewrites_cpu.py``), host time that a GPU call pays too. Inductor's
+    program has none.
+    """
+    import torch
+
+    check = torch.ops.aten._assert_tensor_metadata.default
+    removed = 0
+    for node in list(program.graph.nodes):
+        if node.op == "call_function" and node.target is check:
+            program.graph.erase_node(node)
+            removed += 1
+    program.graph.lint()
+    program.recompile()
+    return removed
 
 
 def _fold_weights(program):
@@ -677,10 +703,9 @@ def _fold_weights(program):
     graph's 1,067 kernels (:func:`kctx.bench.standalone.torch_census`). The same operations
     run once here, so the outputs stay bit for bit the same; the weights become a snapshot,
     as on JAX. Random draws are not folded. SegNeXt-T at batch 1 on 2 CPU cores
-    (``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py --size 64``): the
-    exported program 46.1 → 39.8 ms at 64×64, compiled by ``torch.compile`` 13.6 → 12.6 ms
-    (421 → 394 kernels); at 512×512, where the images' work dwarfs the weights', no
-    difference beyond the machine's noise.
+    (``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 64]``): the
+    exported program 47.7 → 34.8 ms at 64×64 and 263 → 231 ms at 512×512; compiled by
+    ``torch.compile``, 421 → 394 kernels, and times within the machine's noise.
     """
     import torch
     from torch.fx.node import map_arg
@@ -737,9 +762,10 @@ def _drop_layout_copies(program):
     a copy to channels-first memory, then one back to channels-last. The permuted view of
     a (B, H, W, C) tensor is channels-last already, so the second ``contiguous`` can read it
     directly and neither copy is made: the same values, and SegNeXt-T's 177 convolutions
-    at 512×512 on 2 CPU cores 692 → 248 ms a call (``KERAS_BACKEND=torch python
+    at 512×512 on 2 CPU cores 531 → 263 ms a call (``KERAS_BACKEND=torch python
     tools/exported_rewrites_cpu.py``). Not for ``torch.compile``: Inductor lays out the
-    copies itself, and its program from the rewritten graph was slower (539 against 244 ms).
+    copies itself, and its program from the rewritten graph was slower (462 against 305 ms;
+    539 against 244 ms in another run).
     """
     import torch
 

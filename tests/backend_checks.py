@@ -465,7 +465,12 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
         import torch
 
         from kctx.bench.standalone import torch_census
-        from kctx.export import _drop_layout_copies, _fold_weights, _torch_exported
+        from kctx.export import (
+            _drop_layout_copies,
+            _drop_metadata_checks,
+            _fold_weights,
+            _torch_exported,
+        )
 
         tensor = keras.ops.convert_to_tensor(x)
         with torch.no_grad():
@@ -480,6 +485,8 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
             folded = torch_census(lambda: program(tensor), inputs=[tensor])
             assert folded["kernels of weights alone"] == 0, folded
             assert folded["kernels"] == census["kernels"] - census["kernels of weights alone"]
+            assert _drop_metadata_checks(program) > 0 and _drop_metadata_checks(program) == 0
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(program(tensor)), before)
         # A function made after the weights change computes with the new ones.
         model.set_weights([2.0 * w for w in model.get_weights()])
         check(inference_function(model, compile=False), x)

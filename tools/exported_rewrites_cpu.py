@@ -1,7 +1,8 @@
-"""``inference_function``'s two rewrites of the exported graph on PyTorch, each measured
-with and without, as exported and compiled by ``torch.compile``: Keras' two copies of each
-convolution's input skipped (``kctx.export._drop_layout_copies``) and what the graph
-computes from the weights alone computed once (``kctx.export._fold_weights``).
+"""``inference_function``'s rewrites of the exported graph on PyTorch, measured with and
+without, as exported and compiled by ``torch.compile``: Keras' two copies of each
+convolution's input skipped (``kctx.export._drop_layout_copies``), what the graph computes
+from the weights alone computed once (``kctx.export._fold_weights``) and the export's
+checks of each tensor's metadata removed (``kctx.export._drop_metadata_checks``).
 
 ``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 512] [--repeats 10]
 [--json F]`` prints, for SegNeXt-T at batch 1, each form's median ms per call (each in a
@@ -9,7 +10,8 @@ fresh process: Inductor keeps its caches per process), the kernels its call laun
 (``kctx.bench.standalone.torch_census`` of the exported program, ``inductor_census`` of the
 compiled one's code) and the largest relative difference from Keras' eager call. Why
 ``inference_function`` folds the weights into both programs and drops the layout copies
-only from the one it does not compile (Inductor's program from that graph was slower).
+and the checks only from the one it does not compile (Inductor's program from the graph
+without the copies was slower; Inductor drops the checks itself).
 Committed runs: ``results/exported_rewrites_cpu.json`` (512×512) and
 ``results/exported_rewrites_cpu_64.json`` (``--size 64 --repeats 20``).
 """
@@ -21,18 +23,24 @@ import subprocess
 import sys
 import time
 
-# (drop the layout copies, fold the weights, compile): the forms measured.
-FORMS = ((False, False, False), (True, False, False), (True, True, False),
-         (False, False, True), (True, False, True), (False, True, True))
+# (drop the layout copies, fold the weights, drop the checks, compile): the forms measured.
+FORMS = ((False, False, False, False), (True, False, False, False), (True, True, False, False),
+         (True, True, True, False),
+         (False, False, False, True), (True, False, False, True), (False, True, False, True))
 
 
-def measure(size, repeats, rewrite, fold, compile):
+def measure(size, repeats, rewrite, fold, checks, compile):
     import keras
     import numpy as np
     import torch
 
     from kctx.bench.standalone import inductor_census, torch_census
-    from kctx.export import _drop_layout_copies, _fold_weights, _torch_exported
+    from kctx.export import (
+        _drop_layout_copies,
+        _drop_metadata_checks,
+        _fold_weights,
+        _torch_exported,
+    )
     from kctx.models import segnext
 
     model = segnext("t", num_classes=150, input_shape=(size, size, 3))
@@ -43,6 +51,7 @@ def measure(size, repeats, rewrite, fold, compile):
         program = _torch_exported(model, x)
         rewritten = _drop_layout_copies(program) if rewrite else 0
         folded = _fold_weights(program) if fold else 0
+        removed = _drop_metadata_checks(program) if checks else 0
         start = time.perf_counter()
         if compile:
             from torch._inductor.utils import run_and_get_code
@@ -64,8 +73,9 @@ def measure(size, repeats, rewrite, fold, compile):
             start = time.perf_counter()
             program(x)
             times.append((time.perf_counter() - start) * 1e3)
-    return {"rewrite": rewrite, "fold": fold, "compile": compile, "rewritten": rewritten,
-            "folded": folded, "kernels": census["kernels"],
+    return {"rewrite": rewrite, "fold": fold, "checks": checks, "compile": compile,
+            "rewritten": rewritten, "folded": folded, "checks_removed": removed,
+            "kernels": census["kernels"],
             "median_ms": round(sorted(times)[len(times) // 2], 1), "min_ms": round(min(times), 1),
             "first_call_s": round(first_s, 1), "relative_error": error}
 
@@ -75,7 +85,7 @@ def main():
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json")
-    parser.add_argument("--form", nargs=3, help=argparse.SUPPRESS)  # one measuring process
+    parser.add_argument("--form", nargs=4, help=argparse.SUPPRESS)  # one measuring process
     args = parser.parse_args()
     if args.form:
         result = measure(args.size, args.repeats, *(flag == "1" for flag in args.form))
@@ -93,7 +103,8 @@ def main():
         row = json.loads(line[0][len("RESULT "):])
         rows.append(row)
         rewrites = [f"{row['rewritten']} layout copies dropped"] * row["rewrite"] + [
-            f"{row['folded']} values folded"] * row["fold"]
+            f"{row['folded']} values folded"] * row["fold"] + [
+            f"{row['checks_removed']} checks removed"] * row["checks"]
         print(f"{'compiled' if row['compile'] else 'exported'}, "
               f"{', '.join(rewrites) or 'as exported'}: {row['median_ms']} ms "
               f"(min {row['min_ms']}), {row['kernels']} kernels, first call "
