@@ -29,6 +29,29 @@ def test_readme_is_short_and_links_only_existing_pages():
         assert (ROOT / target).is_file(), target
 
 
+def _sections(text):
+    """The text before the first ``## `` title, then each ``## `` section by its title, with
+    the README's links into ``docs/`` written as the docs site's."""
+    parts = re.split(r"(?m)^(?=## )", text.replace("](docs/", "]("))
+    return {"": parts[0], **{part.splitlines()[0][3:]: part for part in parts[1:]}}
+
+
+def test_the_docs_site_says_what_the_readme_says():
+    """The site's home page is the README but for its set-up commands (Getting started's) and
+    its paragraph on the docs (the site's own); Getting started repeats the set-up and the
+    example, then goes on. A finding or a number changed in one place and not the other fails here."""
+    readme = _sections(README)
+    index = _sections((ROOT / "docs" / "index.md").read_text())
+    getting_started = _sections((ROOT / "docs" / "getting-started.md").read_text())
+    own = {"Set-up on a fresh machine": "Start here", "Documentation": "This site"}
+    assert list(index) == [own.get(title, title) for title in readme]
+    for title, text in readme.items():
+        if title not in own:
+            assert index[title] == text, title
+    assert getting_started["Set-up on a fresh machine"] == readme["Set-up on a fresh machine"]
+    assert getting_started["Example"].startswith(readme["Example"].rstrip())
+
+
 def test_example_builds_and_trains():
     (example,) = _blocks("python")
     assert len(example.strip().splitlines()) <= 10
