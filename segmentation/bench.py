@@ -8,11 +8,12 @@ columns: Keras on TensorFlow, with XLA, on JAX (jit), ONNX Runtime, LiteRT float
 int8. Each cell is the median of ``--repeats`` calls after ``--warmup`` in a fresh process
 (:func:`kctx.profile.runtime_latency`), random weights and inputs.
 
-``--train-step [--config segnext_ade20k] [--batch-size N]``: ``model.train_on_batch`` of
-the workflow's model, optimizer and loss (``segnext_ade20k``: SegNeXt-T, 512² crops, batch
-16, mmseg's paramwise AdamW, cross-entropy at the crop's size) on random images and
-labels already on the device: compiled by XLA on JAX, eager on PyTorch, a
-``tf.function`` on TensorFlow, as ``fit`` runs it. Median of ``--repeats`` steps after
+``--train-step [--config segnext_ade20k] [--batch-size N] [--crop-size S] [--jit-compile]``:
+``model.train_on_batch`` of the workflow's model, optimizer and loss (``segnext_ade20k``:
+SegNeXt-T, 512² crops, batch 16, mmseg's paramwise AdamW, cross-entropy at the crop's size)
+on random images and labels already on the device: compiled by XLA on JAX, eager on PyTorch,
+a ``tf.function`` on TensorFlow, as ``fit`` runs it; ``--jit-compile`` compiles it with
+``jit_compile=True`` (XLA on TensorFlow, ``torch.compile`` on PyTorch). Median of ``--repeats`` steps after
 ``--warmup``; ``train_on_batch`` returns the losses as NumPy values, so a timed step
 ends when the device has finished it.
 """
@@ -41,19 +42,22 @@ MODELS = {
 }
 
 
-def train_step_time(config="segnext_ade20k", batch_size=None, repeats=10, warmup=3, seed=0):
+def train_step_time(config="segnext_ade20k", batch_size=None, repeats=10, warmup=3, seed=0,
+                    crop_size=None, jit_compile="auto"):
     """The median ``train_on_batch`` time of ``config``'s model (see the module's
-    docstring) on this process's backend; a dict with every step's ms."""
+    docstring) on this process's backend, compiled with ``jit_compile`` (Keras'
+    ``Model.compile`` argument); a dict with every step's ms."""
     import keras
 
     from segmentation.configs import get_config
     from segmentation.workflow import IGNORE_LABEL, build_model, build_optimizer
 
-    overrides = {"batch_size": batch_size} if batch_size else {}
+    overrides = {key: value for key, value in (("batch_size", batch_size),
+                                                ("crop_size", crop_size)) if value}
     config = get_config(config, **overrides)
     keras.utils.set_random_seed(seed)
     model = build_model(config)
-    model.compile(optimizer=build_optimizer(config),
+    model.compile(optimizer=build_optimizer(config), jit_compile=jit_compile,
                   loss=keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True, ignore_class=IGNORE_LABEL))
     size, batch = config.crop_size, config.batch_size
@@ -74,7 +78,7 @@ def train_step_time(config="segnext_ade20k", batch_size=None, repeats=10, warmup
         model.train_on_batch(images, labels)
         times.append((time.perf_counter() - start) * 1e3)
     return {"config": config.name, "backbone": config.backbone, "batch_size": batch,
-            "crop_size": size, "backend": keras.backend.backend(),
+            "crop_size": size, "backend": keras.backend.backend(), "jit_compile": jit_compile,
             "params": int(sum(int(np.prod(v.shape)) for v in model.trainable_variables)),
             "first_step_s": round(first_s, 2), "step_ms": round(statistics.median(times), 3),
             "min_ms": round(min(times), 3), "times_ms": [round(t, 3) for t in times],
@@ -90,11 +94,16 @@ def main(argv=None):
                         help="time the training step of --config's model instead")
     parser.add_argument("--config", default="segnext_ade20k", help="with --train-step")
     parser.add_argument("--batch-size", type=int, help="with --train-step (default: the config's)")
+    parser.add_argument("--crop-size", type=int, help="with --train-step (default: the config's)")
+    parser.add_argument("--jit-compile", action="store_const", const=True, default="auto",
+                        help="with --train-step: Model.compile(jit_compile=True)")
     runtimes.add_arguments(parser, MODELS)
     args = parser.parse_args(argv)
     if args.train_step:
-        result = train_step_time(args.config, args.batch_size, args.repeats, args.warmup)
-        print(f"{result['backend']}: {result['config']} training step, batch "
+        result = train_step_time(args.config, args.batch_size, args.repeats, args.warmup,
+                                 crop_size=args.crop_size, jit_compile=args.jit_compile)
+        compiled = ", jit_compile=True" if result["jit_compile"] is True else ""
+        print(f"{result['backend']}{compiled}: {result['config']} training step, batch "
               f"{result['batch_size']} of {result['crop_size']}²: {result['step_ms']:.1f} ms "
               f"({result['images_per_s']:.1f} images/s; first step {result['first_step_s']} s)")
         if args.json:

@@ -319,3 +319,23 @@ def test_evaluate_names_a_directory_without_a_run(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="a run folder written by segmentation.train"):
         evaluate(tmp_path)
+
+
+def test_bench_times_the_training_step_compiled_on_request(tmp_path, capsys):
+    """``python -m segmentation.bench --train-step``: the workflow's model, optimizer and loss
+    as ``fit`` steps them, at the batch and crop asked for, with ``jit_compile=True`` when
+    asked (XLA here, on TensorFlow)."""
+    import json
+
+    from segmentation import bench
+
+    path = tmp_path / "step.json"
+    assert bench.main(["--train-step", "--config", "digits_seg", "--batch-size", "2",
+                       "--crop-size", "32", "--repeats", "2", "--warmup", "1", "--jit-compile",
+                       "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert (result["config"], result["batch_size"], result["crop_size"]) == ("digits_seg", 2, 32)
+    assert result["jit_compile"] is True and result["backend"] == keras.backend.backend()
+    assert len(result["times_ms"]) == 2 and result["step_ms"] > 0
+    assert (f"{keras.backend.backend()}, jit_compile=True: digits_seg training step, batch 2 "
+            f"of 32²") in capsys.readouterr().out
