@@ -20,6 +20,7 @@ if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 d
 
 import fid_inception_check
 import numpy_reference as ref
+import optimizer_check
 from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
 from kctx.ops import (
     causal_nmf,
@@ -104,6 +105,12 @@ def test_poly_nl_equals_the_numpy_reference():
     for b in range(2):
         expected = ref.poly_nl_elementwise(Z[b].reshape(-1, 16).astype("float64"), w1, w2, w3)
         np.testing.assert_allclose(got[b].reshape(-1, 16), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_paramwise_adamw_equals_pytorch_adamw_with_mmengine_groups():
+    """SegNeXt's optimizer (on PyTorch, one ``torch._foreach_*`` call per parameter group)
+    against the float64 AdamW and against its own update of one variable at a time."""
+    optimizer_check.check_paramwise_adamw_equals_torch_adamw()
 
 
 def test_gelu_is_the_exact_gelu():

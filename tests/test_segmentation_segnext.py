@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from numpy_reference import mmseg_slide_inference, torch_adamw
+import optimizer_check
+from numpy_reference import mmseg_slide_inference
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 SEGNEXT = FIXTURES / "segnext"
@@ -61,39 +62,8 @@ def test_warmup_poly_decay_equals_mmengine_linear_then_poly():
             WarmupPolyDecay(1e-3, **kwargs)
 
 
-def _tiny_head_model():
-    inputs = keras.Input((5,))
-    x = keras.layers.Dense(4, name="block1.0.attn.proj_1")(inputs)
-    x = keras.layers.LayerNormalization(name="norm1")(x)
-    x = keras.layers.Dense(3, name="decode_head.conv_seg")(x)
-    return keras.Model(inputs, x)
-
-
 def test_paramwise_adamw_equals_pytorch_adamw_with_mmengine_groups():
-    """Five steps with a warm-up schedule: head weights at 10× the learning rate (and
-    decay scaled with it), norms without decay, the rest plain, as torch.optim.AdamW
-    runs mmengine's parameter groups."""
-    from kctx.training import ParamwiseAdamW, WarmupPolyDecay
-
-    keras.utils.set_random_seed(0)
-    model = _tiny_head_model()
-    schedule = WarmupPolyDecay(1e-2, steps=8, warmup_steps=3, warmup_ratio=0.1)
-    optimizer = ParamwiseAdamW(schedule, weight_decay=0.05, paramwise={
-        "head": {"lr_mult": 10.0}, "norm": {"decay_mult": 0.0}})
-    variables = model.trainable_variables
-    optimizer.build(variables)
-    assert optimizer.multipliers == [(1.0, 1.0), (1.0, 1.0), (1.0, 0.0), (1.0, 0.0),
-                                     (10.0, 1.0), (10.0, 1.0)]
-    initial = [v.numpy() for v in variables]
-    rng = np.random.default_rng(1)
-    grads = [[rng.standard_normal(v.shape) for v in variables] for _ in range(5)]
-    for step_grads in grads:
-        optimizer.apply([g.astype("float32") for g in step_grads], variables)
-    expected = torch_adamw(initial, grads, [float(schedule(t)) for t in range(5)],
-                           optimizer.multipliers, 0.05)
-    for variable, want, start in zip(variables, expected, initial):
-        moved = np.abs(want - start).max()
-        assert np.abs(variable.numpy() - want).max() <= 1e-4 * moved, variable.path
+    optimizer_check.check_paramwise_adamw_equals_torch_adamw()  # on JAX and PyTorch too
 
 
 def test_paramwise_adamw_fits_checkpoints_resumes_and_reloads(tmp_path):
@@ -105,8 +75,7 @@ def test_paramwise_adamw_fits_checkpoints_resumes_and_reloads(tmp_path):
     x, y = rng.standard_normal((16, 5)).astype("float32"), rng.integers(0, 3, 16)
 
     def compiled():
-        keras.utils.set_random_seed(3)
-        model = _tiny_head_model()
+        model = optimizer_check.tiny_head_model(3)
         model.compile(ParamwiseAdamW(WarmupPolyDecay(1e-2, 4, 2), weight_decay=0.1,
                                      paramwise={"head": {"lr_mult": 10.0},
                                                 "norm": {"decay_mult": 0.0}}),

@@ -106,7 +106,9 @@ class ParamwiseAdamW(keras.optimizers.Optimizer):
     excluded with ``exclude_from_weight_decay`` get no decay.
 
     The multipliers follow from the variables' names when the optimizer is built, so
-    the state to checkpoint is the usual one: ``iterations`` and the moments.
+    the state to checkpoint is the usual one: ``iterations`` and the moments. On PyTorch
+    the update runs on each group of variables with equal multipliers at once
+    (``torch._foreach_*``), with the per-variable update's values.
 
     Args:
         learning_rate: a float or a ``keras.optimizers.schedules.LearningRateSchedule``.
@@ -181,6 +183,52 @@ class ParamwiseAdamW(keras.optimizers.Optimizer):
         bias_2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
         denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(bias_2)), self.epsilon)
         self.assign_sub(variable, ops.multiply(lr / bias_1, ops.divide(m, denominator)))
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if keras.backend.backend() != "torch":
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        return self._torch_update_step(grads, trainable_variables, learning_rate)
+
+    def _torch_update_step(self, grads, variables, learning_rate):
+        """:meth:`update_step` on every variable at once, on PyTorch: its operations in its
+        order, each a ``torch._foreach_*`` call over the variables of one (m_lr, m_wd, dtype)
+        group, so the values are those of the per-variable loop. That loop is about 20 Keras
+        operations per variable, each with Keras' host-side dispatch: for SegNeXt-T's 457
+        variables half of an eager training step at 32² crops on the CPU. The grouping
+        follows :func:`paramwise_multipliers`, like ``torch.optim.AdamW``'s parameter groups
+        (whose ``foreach`` form is its default on a GPU)."""
+        import torch
+
+        groups = {}
+        for gradient, variable in zip(grads, variables):
+            index = self._get_variable_index(variable)
+            key = (*self.multipliers[index], variable.dtype)
+            groups.setdefault(key, []).append((gradient, variable, index))
+        with torch.no_grad():
+            for (lr_mult, decay_mult, dtype), members in groups.items():
+                lr = ops.cast(learning_rate, dtype) * lr_mult
+                decay = self.weight_decay * decay_mult
+                step = ops.cast(self.iterations + 1, dtype)
+                values = [variable.value for _, variable, _ in members]
+                gradients = [ops.cast(gradient, dtype) for gradient, _, _ in members]
+                m = [self._momentums[index].value for _, _, index in members]
+                v = [self._velocities[index].value for _, _, index in members]
+                if decay:
+                    torch._foreach_mul_(values, 1.0 - lr * decay)
+                torch._foreach_mul_(m, self.beta_1)
+                torch._foreach_add_(m, torch._foreach_mul(gradients, 1.0 - self.beta_1))
+                torch._foreach_mul_(v, self.beta_2)
+                squares = torch._foreach_mul(gradients, gradients)
+                torch._foreach_mul_(squares, 1.0 - self.beta_2)
+                torch._foreach_add_(v, squares)
+                bias_1 = 1.0 - ops.power(ops.cast(self.beta_1, dtype), step)
+                bias_2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+                denominators = torch._foreach_sqrt(v)
+                torch._foreach_div_(denominators, ops.sqrt(bias_2))
+                torch._foreach_add_(denominators, self.epsilon)
+                updates = torch._foreach_div(m, denominators)
+                torch._foreach_mul_(updates, lr / bias_1)
+                torch._foreach_sub_(values, updates)
 
     def get_config(self):
         config = super().get_config()
