@@ -1,5 +1,5 @@
 """``python -m segmentation.bench [--models ...] [--json PATH]``: the digits_seg Ham segmenter's
-inference latency in six CPU runtimes, beside the library's rows; ``--train-step``: the
+inference latency in the ten CPU runtimes of ``python -m kctx.bench runtimes``, beside its rows; ``--train-step``: the
 training step of a config's segmenter on the process's Keras backend and device.
 
 Rows: the segmenter (``digits_seg``'s ResNet-tiny with the Ham head) at 64×64 and 512×512,

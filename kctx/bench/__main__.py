@@ -31,7 +31,8 @@ BENCHMARKS = {
     ),
     "runtimes": (
         "kctx.bench.runtimes",
-        "Inference latency in Keras-TF, XLA, JAX, ONNX Runtime, LiteRT fp32 and int8",
+        "Inference latency in Keras (TF, XLA, JAX, PyTorch), inference_function (JAX, "
+        "torch.export, torch.compile), ONNX Runtime, LiteRT fp32 and int8",
     ),
     "segnext": (
         "kctx.bench.segnext",

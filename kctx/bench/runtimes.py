@@ -1,4 +1,4 @@
-"""Inference latency of the same models in six CPU runtimes, one table.
+"""Inference latency of the same models in ten CPU runtimes, one table.
 
 Rows: the Ham (NMF) layer at 128×128×512 (r = 64, K = 6: Table 3's setting), KANet_KV
 at 224×224 and SegNeXt-T at 512×512, at batch 1 and 8 (a workflow puts its own models beside
