@@ -74,10 +74,14 @@ def gradients(objective, variables):
 
 def _copy_parameter(tensor):
     """What autograd saves of ``tensor``: a copy of a variable's value (a
-    ``torch.nn.Parameter``, which a later call may assign in place), else the tensor."""
+    ``torch.nn.Parameter``, which a later call may assign in place), else the tensor's
+    data without its history (``detach``: a node that saves its own output, as ``relu``
+    or a normalisation does, would otherwise hold that output, and the output its node: a
+    cycle through C++ that Python's collector cannot free, so every step's graph stayed
+    alive, 100 MB a step for the digits HamGAN at batch 16)."""
     import torch
 
-    return tensor.detach().clone() if isinstance(tensor, torch.nn.Parameter) else tensor
+    return tensor.detach().clone() if isinstance(tensor, torch.nn.Parameter) else tensor.detach()
 
 
 def _unpack(saved):
