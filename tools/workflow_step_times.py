@@ -1,12 +1,13 @@
 """Training-step time of every workflow's default run on each Keras backend, into one table.
 
-    python tools/workflow_step_times.py [--backends tensorflow jax] [--json results/workflow_step_times.json]
+    python tools/workflow_step_times.py [--workflows ...] [--backends tensorflow jax torch] [--json results/workflow_step_times.json]
 
 Runs each workflow's training command (``python -m <workflow>.train``, its default digits
 config, default mode: every core, oneDNN on TensorFlow) for a short run in a temporary folder,
 once per backend, one run at a time, and reads ``seconds_per_step`` from the run's
 ``timing.json``: the median over the ``history.csv`` intervals after the first (which holds
-tracing and compilation), held-out evaluation excluded. Run from the repository root.
+tracing and compilation), held-out evaluation excluded; and the run's peak memory (its
+``peak_memory_mb``). Run from the repository root.
 """
 
 import argparse
@@ -26,7 +27,9 @@ RUNS = {
     "segmentation": ["--steps", "100", "--checkpoint-every", "25"],
     "classification": ["--epochs", "4"],
     "sequence": ["--steps", "100", "--eval-every", "25"],
+    "language": ["--steps", "20", "--checkpoint-every", "5", "--eval-characters", "4096"],
 }
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 
 
 def step_time(workflow, backend, directory):
@@ -42,22 +45,31 @@ def step_time(workflow, backend, directory):
     run = json.loads((directory / "run.json").read_text())
     return {"workflow": workflow, "backend": backend, "config": run["config"].get("name"),
             "seconds_per_step": timing["seconds_per_step"],
+            "peak_memory_mb": timing.get("peak_memory_mb"),
             "command": " ".join(["python", "-m", f"{workflow}.train", *RUNS[workflow]])}
 
 
 def cpu_model():
+    """The CPU's model name, with its family and model numbers where /proc/cpuinfo has them
+    (CPUs of one name differ: "AMD EPYC" is several generations)."""
     try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
+        fields = {}
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        name = fields["model name"]
+    except (OSError, KeyError):
         return platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", nargs="+", default=list(RUNS), choices=list(RUNS))
-    parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax"],
-                        choices=["tensorflow", "jax"])
+    parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"],
+                        choices=list(BACKEND_NAMES))
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     rows = []
@@ -66,21 +78,23 @@ def main(argv=None):
             for backend in args.backends:
                 row = step_time(workflow, backend, pathlib.Path(scratch) / f"{workflow}-{backend}")
                 rows.append(row)
-                print(f"{workflow:<15}{backend:<12}{row['seconds_per_step'] * 1e3:>9.1f} ms",
-                      flush=True)
-    ratio_header = " JAX / TF |" if len(args.backends) == 2 else ""
+                if args.json:  # after every run: a run that fails keeps the rows before it
+                    pathlib.Path(args.json).write_text(json.dumps(
+                        {"machine": cpu_model(), "cores": os.cpu_count(), "rows": rows},
+                        indent=1) + "\n")
+                print(f"{workflow:<15}{backend:<12}{row['seconds_per_step'] * 1e3:>9.1f} ms"
+                      f"{row['peak_memory_mb'] or 0:>9.0f} MB peak", flush=True)
+    # Each backend after the first, as a multiple of the first's time.
+    first, others = BACKEND_NAMES[args.backends[0]], [BACKEND_NAMES[b] for b in args.backends[1:]]
     print("\n| Workflow (default config) | "
-          + " | ".join(f"{b} ms/step" for b in args.backends) + " |" + ratio_header)
-    print("| --- |" + " --- |" * (len(args.backends) + bool(ratio_header)))
+          + " | ".join(f"{BACKEND_NAMES[b]} ms / step" for b in args.backends) + " |"
+          + "".join(f" {other} / {first} |" for other in others))
+    print("| --- |" + " --- |" * (2 * len(args.backends) - 1))
     for workflow in args.workflows:
         times = [next(r["seconds_per_step"] for r in rows if r["workflow"] == workflow
                       and r["backend"] == b) for b in args.backends]
-        ratio = f" {times[1] / times[0]:.2f} |" if len(times) == 2 else ""
-        print(f"| `{workflow}` | " + " | ".join(f"{t * 1e3:.0f}" for t in times) + " |" + ratio)
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"machine": cpu_model(), "cores": os.cpu_count(),
-             "rows": rows}, indent=1) + "\n")
+        print(f"| `{workflow}` | " + " | ".join(f"{t * 1e3:,.0f}" for t in times) + " |"
+              + "".join(f" {t / times[0]:.2f} |" for t in times[1:]))
 
 
 if __name__ == "__main__":
