@@ -1,21 +1,23 @@
 """``python -m segmentation.bench [--models ...] [--json PATH]``: the digits_seg Ham segmenter's
-inference latency in the ten CPU runtimes of ``python -m kctx.bench runtimes``, beside its rows; ``--train-step``: the
-training step of a config's segmenter on the process's Keras backend and device.
+inference latency in the CPU runtimes of ``python -m kctx.bench runtimes``, beside that
+command's rows; ``--train-step``: the training step of a config's segmenter on the process's
+Keras backend and device.
 
 Rows: the segmenter (``digits_seg``'s ResNet-tiny with the Ham head) at 64×64 and 512×512,
-then :mod:`kctx.bench.runtimes`'s models (the Table 3 ham, KANet_KV), at batch 1 and 8;
-columns: Keras on TensorFlow, with XLA, on JAX (jit), ONNX Runtime, LiteRT float32 and
-int8. Each cell is the median of ``--repeats`` calls after ``--warmup`` in a fresh process
-(:func:`kctx.profile.runtime_latency`), random weights and inputs.
+then :mod:`kctx.bench.runtimes`'s models (the Table 3 ham, KANet_KV, SegNeXt-T), at batch 1
+and 8; columns: the ten runtimes of :data:`kctx.profile.RUNTIMES` (Keras on TensorFlow, XLA,
+JAX and PyTorch; :func:`kctx.export.inference_function` on JAX and PyTorch; ONNX Runtime;
+LiteRT float32 and int8). Each cell is the median of ``--repeats`` calls after ``--warmup``
+in a fresh process (:func:`kctx.profile.runtime_latency`), random weights and inputs.
 
 ``--train-step [--config segnext_ade20k] [--batch-size N] [--crop-size S] [--jit-compile]``:
 ``model.train_on_batch`` of the workflow's model, optimizer and loss (``segnext_ade20k``:
 SegNeXt-T, 512² crops, batch 16, mmseg's paramwise AdamW, cross-entropy at the crop's size)
 on random images and labels already on the device: compiled by XLA on JAX, eager on PyTorch,
 a ``tf.function`` on TensorFlow, as ``fit`` runs it; ``--jit-compile`` compiles it with
-``jit_compile=True`` (XLA on TensorFlow, ``torch.compile`` on PyTorch). Median of ``--repeats`` steps after
-``--warmup``; ``train_on_batch`` returns the losses as NumPy values, so a timed step
-ends when the device has finished it.
+``jit_compile=True`` (XLA on TensorFlow, ``torch.compile`` on PyTorch). Median of
+``--repeats`` steps after ``--warmup``; ``train_on_batch`` returns the losses as NumPy
+values, so a timed step ends when the device has finished it.
 """
 
 import argparse
