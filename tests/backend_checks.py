@@ -8,6 +8,7 @@ backend, numerically equal to the NumPy reference of the paper.
 """
 
 import math
+import sys
 
 import keras
 import numpy as np
@@ -510,3 +511,75 @@ def test_inference_function_is_the_model_as_one_program_per_shape():
             continue  # compiled above; each compile is seconds of Inductor's C++ compiler
         row = runtime_latency(spec, runtime, batch=2, repeats=2, warmup=1, isolate=False)
         assert 0 < row["min_ms"] <= row["median_ms"] and row["first_call_ms"] > 0, runtime
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="keras.tree is torch.utils._pytree on PyTorch")
+def test_keras_tree_on_pytorch_keeps_nothing_alive_and_traverses_as_keras_does():
+    """kctx._keras_fixes: Keras' tree functions on PyTorch (keras-team/keras#23110) no longer
+    hold their structures in a reference cycle: with Python's cyclic collector off, no
+    tensor of a training step of the language model (the causal ham's prefix sums stack
+    their slices) outlives it, where Keras 3.15.1's left its graph's tensors; and the
+    replaced functions give Keras' own results."""
+    import collections
+    import gc
+
+    import torch
+    from keras.src.tree import torchtree_impl
+
+    from kctx import _keras_fixes as keras_fixes
+    from kctx.models import CausalLanguageModel
+
+    assert keras_fixes.apply() and not keras_fixes.tree_keeps_structures_alive()
+    language_model = CausalLanguageModel(vocabulary_size=11, embed_dim=8, num_blocks=1,
+                                         mixer_options={"rank": 3, "steps": 2})
+    language_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    text = rng.integers(0, 11, (2, 17)).astype("int32")  # T = 16: blocked prefix sums (8)
+    language_model.train_on_batch(text[:, :-1], text[:, 1:])  # builds the optimizer
+    gc.collect()
+    gc.disable()
+    try:
+        language_model.train_on_batch(text[:, :-1], text[:, 1:])
+        alive = [t for t in gc.get_objects() if isinstance(t, torch.Tensor)
+                 and t.grad_fn is not None]
+    finally:
+        gc.enable()
+    assert not alive, [(tuple(t.shape), type(t.grad_fn).__name__) for t in alive[:5]]
+
+    point = collections.namedtuple("point", "y x")
+    structures = [{"b": [1, {"z": 2, "a": None}], "a": (3, point(4, [5]))},
+                  collections.defaultdict(list, {"b": 1, "a": [2, 3]}),
+                  collections.OrderedDict([("b", 1), ("a", 2)]), [], (), 7]
+    ordered = torchtree_impl._dict_to_ordered_dict
+    traverse = torchtree_impl.traverse
+
+    def keep_lists(x):
+        return keras.tree.MAP_TO_NONE if x == 3 else (tuple(x) if isinstance(x, list) else None)
+
+    for structure in structures:
+        assert repr(ordered(structure)) == repr(ordered.__wrapped__(structure))
+        for top_down in (True, False):
+            assert repr(traverse(keep_lists, structure, top_down)) == repr(
+                traverse.__wrapped__(keep_lists, structure, top_down)), (structure, top_down)
+
+
+@pytest.mark.skipif(BACKEND != "torch" or not sys.platform.startswith("linux"),
+                    reason="PyTorch's CPU tensors from glibc's malloc")
+def test_large_host_buffers_are_reused_without_page_faults():
+    """kctx.host_memory (the runner's policy on PyTorch): once glibc keeps what it frees, a
+    64 MiB tensor allocated again and again is served from memory the process holds, with
+    no page faults, where glibc's default maps every one of them afresh (16,384 faults)."""
+    import resource
+
+    import torch
+
+    from kctx.host_memory import reuse_freed_host_memory
+
+    def faults():
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(16 * 2**20)  # 64 MiB: over glibc's largest mmap threshold (32 MiB)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    assert reuse_freed_host_memory()
+    # glibc grows its heap for the first few aligned blocks before reusing them.
+    counts = [faults() for _ in range(24)]
+    assert max(counts[-4:]) < 100, counts

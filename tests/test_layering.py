@@ -17,7 +17,7 @@ PACKAGES = (LIBRARY, *WORKFLOWS, "studies", "tools")
 # kctx's parts, lowest first: a module may import its own part and the parts of a lower
 # rank, never a higher one (so none of two parts of one rank imports the other).
 RANKS = {
-    "validation": 0, "arguments": 0,
+    "validation": 0, "arguments": 0, "_keras_fixes": 0, "host_memory": 0,
     "ops": 1, "checkpoints": 1, "export": 1, "distribute": 1,
     "layers": 2, "sf": 2, "data": 2, "testing": 3, "": 3,  # "": kctx/__init__.py (layers, ops)
     "convert": 4,

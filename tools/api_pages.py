@@ -36,6 +36,8 @@ INTRODUCTIONS = {
                      "with exact resume, deterministic mode, the command lines, optimizers.",
     "kctx.data": "The embedded default data (scikit-learn's digits), TFDS readers and the "
                  "step-indexed, per-host input streams the workflows share.",
+    "kctx.host_memory": "glibc's treatment of large host buffers on PyTorch: freed ones kept "
+                        "for reuse instead of mapped afresh (page faults) for every tensor.",
     "kctx.distribute": "Where a run trains: tf.distribute strategies on TensorFlow, "
                        "`keras.distribution.DataParallel` (one or several hosts) on JAX, "
                        "one device on PyTorch.",

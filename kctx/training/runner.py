@@ -11,8 +11,9 @@ rest the same way for all of them:
 2. the distribution (:func:`kctx.distribute.get_distribution`; on
    TensorFlow a strategy: TPU, several workers from ``TF_CONFIG``, several
    GPUs, or one device; on JAX ``keras.distribution.DataParallel`` over every
-   device of every host, or one device; on PyTorch one device), seeding, and the
-   deterministic mode (single-threaded TensorFlow with op determinism,
+   device of every host, or one device; on PyTorch one device, with glibc keeping the
+   large host buffers it frees for reuse, :func:`kctx.host_memory.reuse_freed_host_memory`),
+   seeding, and the deterministic mode (single-threaded TensorFlow with op determinism,
    single-threaded XLA on JAX, single-threaded deterministic algorithms on PyTorch);
 3. the model, built in the distribution's scope, and the newest readable step
    checkpoint restored (exact resume; :func:`kctx.training.checkpoint.step_checkpoint`:
@@ -45,6 +46,7 @@ import keras
 
 from kctx.convert.keras_files import load_model
 from kctx.distribute import get_distribution
+from kctx.host_memory import reuse_freed_host_memory
 from kctx.training.checkpoint import ArrayCheckpoint, step_checkpoint
 from kctx.training.config import config_from_dict, config_to_dict
 from kctx.training.determinism import enable_determinism
@@ -182,6 +184,8 @@ def run(workflow, config=None, variant=None, *, model_dir=None, seed=0, strategy
     """
     if deterministic:
         enable_determinism()
+    if keras.backend.backend() == "torch":  # PyTorch's CPU tensors are glibc's blocks
+        reuse_freed_host_memory()
     if variant is not None:
         overrides[workflow.variant_field] = variant
     config = workflow.config(config, **overrides)
