@@ -583,3 +583,38 @@ def test_large_host_buffers_are_reused_without_page_faults():
     # glibc grows its heap for the first few aligned blocks before reusing them.
     counts = [faults() for _ in range(24)]
     assert max(counts[-4:]) < 100, counts
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="what PyTorch's autograd records")
+@pytest.mark.parametrize("method", ["nmf", "vq"])
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_one_step_gradient_records_no_round(method, block_size):
+    """Under the one-step gradient the K rounds are not recorded (as the official code's
+    ``torch.no_grad()``): the tensors autograd saves for the backward pass are those of the
+    final update alone, the same for K = 1 and K = 6, the Hamburger's and the causal
+    ham's (where a recorded round would save (B, T, d, r) dictionaries)."""
+    import torch
+
+    from kctx.ops import causal_nmf, causal_vq, initial_bases
+
+    def saved_bytes(steps, causal):
+        x = torch.rand(2, 16, 6, requires_grad=True)
+        saved = []
+
+        def pack(tensor):
+            saved.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            if causal:
+                function = causal_nmf if method == "nmf" else causal_vq
+                function(x, initial_bases(method, (6, 3), seed=0), steps=steps,
+                         block_size=block_size)
+            else:  # (batch, n positions, d channels) against a (batch, d, r) dictionary
+                bases = initial_bases(method, (6, 3), seed=0)
+                matrix_decomposition(x, keras.ops.tile(bases[None], (2, 1, 1)), steps=steps,
+                                     method=method)
+        return sum(saved)
+
+    for causal in (True, False) if block_size is None else (True,):
+        assert saved_bytes(1, causal) == saved_bytes(6, causal) > 0, causal

@@ -81,7 +81,7 @@ Its recurrent state is (A⁽ᵏ⁾, n⁽ᵏ⁾) for k = 1 … K: K·(d·r + r) n
 
 from keras import ops
 
-from kctx.ops.matrix_decomposition import _l2_normalize
+from kctx.ops.matrix_decomposition import _l2_normalize, _rounds_inputs
 from kctx.validation import check_choice, check_positive_float, check_positive_int
 
 CAUSAL_METHODS = ("nmf", "vq")
@@ -357,17 +357,18 @@ def _parallel(chunk_form, block_form, x, bases, steps, temperature, eps, one_ste
 def _causal_nmf_chunk(x, bases, carry, steps, temperature, eps, one_step_gradient):
     """The parallel form on the positions of ``x`` after a prefix whose sums are ``carry``
     (None: no prefix); returns the reconstruction and the sums at the chunk's end."""
-    codes = ops.softmax(ops.einsum("btd,dr->btr", x, bases) / temperature, axis=-1)
+    rounds_x, bases = _rounds_inputs(one_step_gradient, x, bases)
+    codes = ops.softmax(ops.einsum("btd,dr->btr", rounds_x, bases) / temperature, axis=-1)
     dictionary = bases  # D_t⁽⁰⁾ = D₀ for every t: broadcast, not materialised
     sums = []
     for step in range(steps):
         if step == 0:
-            xd = ops.einsum("btd,dr->btr", x, bases)
+            xd = ops.einsum("btd,dr->btr", rounds_x, bases)
             codes = _code_update(xd, codes, bases, eps)
         else:
-            xd = ops.einsum("btd,btdr->btr", x, dictionary)
+            xd = ops.einsum("btd,btdr->btr", rounds_x, dictionary)
             codes = _code_update(xd, codes, dictionary, eps)
-        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", x, codes),
+        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", rounds_x, codes),
                            None if carry is None else carry[2 * step])
         ctc = _prefix_sums(ops.einsum("btr,btk->btrk", codes, codes),
                            None if carry is None else carry[2 * step + 1])
@@ -387,12 +388,13 @@ def _causal_nmf_blocks(x, bases, block_size, steps, temperature, eps, one_step_g
     blocks a cumulative sum. T is padded at the end to a multiple of L (padding after the
     last position only reaches blocks after it) and cropped back."""
     blocks, first, unblock = _blocks(x, block_size)
-    codes = ops.softmax(ops.matmul(blocks, bases) / temperature, axis=-1)
+    rounds_blocks, bases = _rounds_inputs(one_step_gradient, blocks, bases)
+    codes = ops.softmax(ops.matmul(rounds_blocks, bases) / temperature, axis=-1)
     dictionary = bases  # D_b⁽⁰⁾ = D₀ for every block: broadcast, not materialised
     for step in range(steps):
-        codes = _block_code_update(blocks, codes, dictionary, eps)
+        codes = _block_code_update(rounds_blocks, codes, dictionary, eps)
         # Σ over each block of xᵀc (d × r) and cᵀc (r × r), then over the blocks before.
-        xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(blocks, -1, -2), codes))
+        xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(rounds_blocks, -1, -2), codes))
         ctc = _exclusive_block_sums(ops.matmul(ops.swapaxes(codes, -1, -2), codes))
         dictionary = ops.where(first, bases, _bases_update(dictionary, xtc, ctc, eps))
     if one_step_gradient:
@@ -503,13 +505,16 @@ def _causal_vq_chunk(x, bases, carry, steps, temperature, eps, one_step_gradient
     are ``carry`` (None: no prefix); returns x̄ and the sums at the chunk's end."""
     units = _l2_normalize(x, axis=-1)
     per_position = ops.expand_dims(units, -2)  # (B, T, 1, d) against (B, T, d, r)
+    rounds_x, rounds_units, bases = _rounds_inputs(one_step_gradient, x, units, bases)
+    rounds_per_position = ops.expand_dims(rounds_units, -2)
     dictionary, sums = bases, []
     for step in range(steps):
         if step == 0:  # D₀ for every position: broadcast, not materialised
-            codes = _soft_assignment(units, bases, temperature)
+            codes = _soft_assignment(rounds_units, bases, temperature)
         else:
-            codes = ops.squeeze(_soft_assignment(per_position, dictionary, temperature), -2)
-        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", x, codes),
+            codes = ops.squeeze(_soft_assignment(rounds_per_position, dictionary,
+                                                 temperature), -2)
+        xtc = _prefix_sums(ops.einsum("btd,btr->btdr", rounds_x, codes),
                            None if carry is None else carry[2 * step])
         counts = _prefix_sums(codes, None if carry is None else carry[2 * step + 1])
         sums += [xtc[:, -1], counts[:, -1]]
@@ -525,10 +530,11 @@ def _causal_vq_blocks(x, bases, block_size, steps, temperature, eps, one_step_gr
     blocks before (D₀ for the first)."""
     blocks, first, unblock = _blocks(x, block_size)
     units = _l2_normalize(blocks, axis=-1)
+    rounds_blocks, rounds_units, bases = _rounds_inputs(one_step_gradient, blocks, units, bases)
     dictionary = bases
     for _ in range(steps):
-        codes = _soft_assignment(units, dictionary, temperature)  # (B, T/L, L, r)
-        xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(blocks, -1, -2), codes))
+        codes = _soft_assignment(rounds_units, dictionary, temperature)  # (B, T/L, L, r)
+        xtc = _exclusive_block_sums(ops.matmul(ops.swapaxes(rounds_blocks, -1, -2), codes))
         counts = _exclusive_block_sums(ops.sum(codes, axis=2))
         dictionary = ops.where(first, bases, _means(xtc, counts, eps))
     if one_step_gradient:

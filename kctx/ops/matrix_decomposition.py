@@ -83,6 +83,16 @@ def _nmf_bases_update(x_scaled_t_codes, codes, bases, eps):
 _MIN_SCALED_EPS = 1e-30
 
 
+def _rounds_inputs(one_step_gradient, *tensors):
+    """The K rounds' inputs, cut from the gradient under the one-step gradient: only the
+    final update back-propagates (Sec. 2.3), so the rounds need no record, as the official
+    code runs them under ``torch.no_grad()``. A ``stop_gradient`` after the rounds alone
+    gives the same values and gradients, but PyTorch's autograd would keep every round's
+    intermediates until it (the causal NMF's (B, T, d, r) dictionaries: 134 MB each for
+    the language workflow's decoder)."""
+    return tuple(ops.stop_gradient(t) for t in tensors) if one_step_gradient else tensors
+
+
 def _nmf(x, bases, steps, temperature, eps, one_step_gradient, relative_eps=True):
     # Iterate on C̃ = C / s and x̃ = x / s, s = max|x|, so every intermediate stays finite
     # for any input magnitude. x̃ is never materialised: 1/s is folded into the small
@@ -99,15 +109,16 @@ def _nmf(x, bases, steps, temperature, eps, one_step_gradient, relative_eps=True
         bases_eps = at_least(eps * ops.square(inv_scale), _MIN_SCALED_EPS)
     # x·D of the *unscaled* input: C₀ = softmax(x·D / T) exactly as the
     # official code; the same product is the numerator of the first C update.
-    xd = ops.einsum("bnd,bdr->bnr", x, bases)
+    rounds_x, bases = _rounds_inputs(one_step_gradient, x, bases)
+    xd = ops.einsum("bnd,bdr->bnr", rounds_x, bases)
     codes = ops.softmax(xd / temperature, axis=-1)
     xd = xd * inv_scale
     for step in range(steps):
         if step > 0:
-            xd = ops.einsum("bnd,bdr->bnr", x, bases * inv_scale)
+            xd = ops.einsum("bnd,bdr->bnr", rounds_x, bases * inv_scale)
         # C₀ is the official softmax itself (not C₀ / s): its update keeps eps as it is.
         codes = _nmf_codes_update(xd, codes, bases, eps if step == 0 else codes_eps)
-        xtc = ops.einsum("bnd,bnr->bdr", x, codes) * inv_scale
+        xtc = ops.einsum("bnd,bnr->bdr", rounds_x, codes) * inv_scale
         bases = _nmf_bases_update(xtc, codes, bases, bases_eps)
     if one_step_gradient:
         codes = ops.stop_gradient(codes)
@@ -137,11 +148,12 @@ def _normalized_rows(x, scale):
 def _vq(x, bases, steps, temperature, eps, one_step_gradient):
     scale = magnitude(x)
     x_unit = _normalized_rows(x, scale)
+    rounds_x, rounds_unit, bases = _rounds_inputs(one_step_gradient, x, x_unit, bases)
     for _ in range(steps):
-        codes = _soft_assign(x_unit, bases, temperature)
+        codes = _soft_assign(rounds_unit, bases, temperature)
         # D ← X Cᵀ diag(C 1_n)⁻¹: the code-weighted mean of the positions.
         codes_mean = codes / (ops.sum(codes, axis=1, keepdims=True) + eps)
-        bases = ops.einsum("bnd,bnr->bdr", x, codes_mean) / scale
+        bases = ops.einsum("bnd,bnr->bdr", rounds_x, codes_mean) / scale
     if one_step_gradient:
         bases = ops.stop_gradient(bases)
     codes = _soft_assign(x_unit, bases, temperature)
@@ -151,10 +163,11 @@ def _vq(x, bases, steps, temperature, eps, one_step_gradient):
 def _cd(x, bases, steps, temperature, beta, one_step_gradient):
     scale = magnitude(x)
     x_unit = _normalized_rows(x, scale)
+    rounds_x, rounds_unit, bases = _rounds_inputs(one_step_gradient, x, x_unit, bases)
     for _ in range(steps):
-        codes = _soft_assign(x_unit, bases, temperature)
+        codes = _soft_assign(rounds_unit, bases, temperature)
         # D ← normalize(X Cᵀ): unit-norm concept vectors (spherical k-means).
-        bases = _l2_normalize(ops.einsum("bnd,bnr->bdr", x, codes) / scale, axis=1)
+        bases = _l2_normalize(ops.einsum("bnd,bnr->bdr", rounds_x, codes) / scale, axis=1)
     if one_step_gradient:
         bases = ops.stop_gradient(bases)
     # Closed form C = (DᵀD + βI)⁻¹ DᵀX (Appendix B), here C = x·D·(DᵀD + βI)⁻¹.
