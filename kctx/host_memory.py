@@ -4,19 +4,19 @@
 
 A tensor of the language workflow's default decoder (B = 16, T = 512, a dictionary of
 d × r = 256 × 16 per position: 134 MB) then costs page faults and the kernel's zeroing of
-every page on each use: a sum of two of them into a fresh tensor took 46–65 ms where the
-same sum into a tensor already held took 10–13 ms, and the training step 12.5–13.9 s on 2
+every page on each use: a sum of two of them into a fresh tensor took 60–62 ms where the
+same sum into a tensor already held took 9–13 ms, and the training step 11.0–12.2 s on 2
 cores, with 5.5 million page faults a step. TensorFlow and XLA keep such buffers in
 allocators of their own; PyTorch's CPU allocator does not (PyTorch's tuning guide suggests
 jemalloc or tcmalloc, loaded before the process starts). :func:`reuse_freed_host_memory`
-makes glibc keep them instead, in a running process: the same step took 3.8–4.2 s with
-2 page faults (``python tools/torch_host_memory.py``;
-``results/torch_host_memory_rounds_recorded.json``).
+makes glibc keep them instead, in a running process: the same step took 3.7–4.4 s with
+at most 62,465 page faults (``python tools/torch_host_memory.py``;
+``results/torch_host_memory.json``).
 
 The cost: what the process frees stays in it, to be reused, so its resident memory stays
-at the peak of its working set rather than falling between steps (8.3 GB after those
-steps, against a peak of 5.4 GB without it: glibc's heap holds more than the largest
-working set, its blocks being reused in other places).
+at the peak of its working set rather than falling between steps, and glibc's heap holds
+more than the largest working set (5.1 GB after those steps, against a peak of 3.4 GB
+without it).
 """
 
 import ctypes
