@@ -331,17 +331,17 @@ def jax_profile(call, synchronize, calls=3, top=30):
     import jax
 
     synchronize(call())
-    folder = tempfile.mkdtemp(prefix="kctx-jax-profile-")
-    with jax.profiler.trace(folder):
-        start = time.perf_counter()
-        for _ in range(calls):
-            synchronize(call())
-        wall = (time.perf_counter() - start) * 1e3 / calls
-    paths = sorted(glob.glob(f"{folder}/**/*.xplane.pb", recursive=True))
-    result = {"calls": calls, "wall_ms": round(wall, 3)}
-    if not paths:
-        return dict(result, error="no trace written")
-    data = jax.profiler.ProfileData.from_file(paths[-1])
+    with tempfile.TemporaryDirectory(prefix="kctx-jax-profile-") as folder:
+        with jax.profiler.trace(folder):
+            start = time.perf_counter()
+            for _ in range(calls):
+                synchronize(call())
+            wall = (time.perf_counter() - start) * 1e3 / calls
+        paths = sorted(glob.glob(f"{folder}/**/*.xplane.pb", recursive=True))
+        result = {"calls": calls, "wall_ms": round(wall, 3)}
+        if not paths:
+            return dict(result, error="no trace written")
+        data = jax.profiler.ProfileData.from_file(paths[-1])
     device_planes = [p for p in data.planes if p.name.startswith("/device:GPU")]
     kernels, operations, lines = (collections.Counter(), collections.Counter(),
                                   collections.Counter())
@@ -465,11 +465,10 @@ def run_in_turn(jobs, prepare_timeout=600.0, run_timeout=300.0, log=print, on_re
     import threading
     import time
 
-    logs = tempfile.mkdtemp(prefix="kctx-turns-")
     running = {}
     for job in jobs:
         env = dict(os.environ, **job.get("env", {}), **{TURN_VARIABLE: "1"})
-        err = open(os.path.join(logs, f"{len(running)}.err"), "w+")
+        err = tempfile.TemporaryFile("w+")  # the job's standard error, gone when closed
         process = subprocess.Popen(job["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=err, env=env, cwd=job.get("cwd"), text=True)
         ready = threading.Event()
