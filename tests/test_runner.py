@@ -475,9 +475,12 @@ def test_two_workers_train_like_one_process_and_resume_after_kill(tmp_path):
                 embed_dim=8, hidden_units=8, target_accuracy=0)
 
     def launch():
+        # TMPDIR: the temporary folder of a worker killed below (its scratch checkpoints) is
+        # the test's, not left in the system's.
         ports = free_ports(2)
         return [start(["-m", "sequence.train", *flags, "--model-dir", str(tmp_path / "workers")],
-                      env=environment(TF_CONFIG=tf_config(ports, index), **DETERMINISTIC))
+                      env=environment(TF_CONFIG=tf_config(ports, index), TMPDIR=str(tmp_path),
+                                      **DETERMINISTIC))
                 for index in range(2)]
 
     state = tmp_path / "workers" / "checkpoints" / "checkpoint"  # lists finished checkpoints
