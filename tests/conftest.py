@@ -36,11 +36,25 @@ if os.environ["KERAS_BACKEND"] == "tensorflow":
     # Must run before TensorFlow initialises its devices.
     configure_logical_cpus(2)
 
+# The directories this process makes for the session are removed when it ends
+# (pytest_unconfigure): xdist's workers and the tests' subprocesses (pytest again on JAX and
+# PyTorch included) inherit the variables and make none.
+_SESSION_DIRECTORIES = []
+# Every temporary file of the workers and of the tests' subprocesses goes to one folder of the
+# session's (TMPDIR, inherited). A process killed with SIGKILL (the workflows' kill and resume
+# tests) cannot remove its own: TensorFlow's autograph writes each converted tf.data function
+# to a file it removes at exit (test_runner.py's TensorFlow GAN kill test left 4 in /tmp; a
+# day's runs of the suite left 313), beside TensorFlow Datasets' empty `tmp*tfds` folders.
+# This process keeps the system's folder (`tempfile.gettempdir()` is read first), so pytest's
+# `tmp_path` folders stay where pytest keeps them for a failed test's inspection.
+if "KCTX_TEST_TMPDIR" not in os.environ:
+    tempfile.gettempdir()
+    os.environ["KCTX_TEST_TMPDIR"] = tempfile.mkdtemp(prefix="kctx-test-tmp-")
+    os.environ["TMPDIR"] = os.environ["KCTX_TEST_TMPDIR"]
+    _SESSION_DIRECTORIES.append(os.environ["KCTX_TEST_TMPDIR"])
+
 # Cached artefacts (e.g. the digits classifier of the FCD) go to a per-session
 # directory, never to the user's home.
-# The directories this process makes for the session are removed when it ends
-# (pytest_unconfigure): xdist's workers inherit the variables and make none.
-_SESSION_DIRECTORIES = []
 if "KCTX_CACHE_DIR" not in os.environ:
     os.environ["KCTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="kctx-test-cache-")
     _SESSION_DIRECTORIES.append(os.environ["KCTX_CACHE_DIR"])
@@ -138,8 +152,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """The session's cache directories go with it (each run left about 25 MB in the
-    temporary folder)."""
+    """The session's temporary and cache directories go with it (each run left about 25 MB
+    of caches, and the files of the processes it killed, in the temporary folder)."""
     import shutil
 
     for directory in _SESSION_DIRECTORIES:
