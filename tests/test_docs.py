@@ -2,7 +2,6 @@
 name, the docstring examples and the docs pages' Python blocks run, and the distribution
 installs no import name but ``kctx``."""
 
-import doctest
 import importlib
 import importlib.util
 import os
@@ -24,6 +23,7 @@ ROOT = pathlib.Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tools"))
 from api_pages import INTRODUCTIONS, page as api_page  # noqa: E402  (tools/ is not a package)
+from docstring_examples import run_docstring_examples  # noqa: E402
 
 
 def _resolve(path):
@@ -67,23 +67,10 @@ def test_every_public_module_has_an_api_page():
 def test_docstring_examples_run(tmp_path, monkeypatch):
     """Every ``>>>`` example of the package runs on TensorFlow and prints what it says
     (``keras`` and ``np`` are in scope, as in Keras's own doctests; files land in a
-    temporary folder). Examples that need a file kctx cannot ship say ``+SKIP``."""
+    temporary folder). Examples that need a file kctx cannot ship say ``+SKIP``.
+    tests/backend_checks.py runs them on PyTorch."""
     monkeypatch.chdir(tmp_path)
-    finder = doctest.DocTestFinder()
-    failures, attempted, skipped = [], 0, 0
-    for info in pkgutil.walk_packages(kctx.__path__, "kctx."):
-        if info.name.endswith(("__main__", ".worker")):
-            continue
-        module = importlib.import_module(info.name)
-        for test in finder.find(module, info.name, extraglobs={"keras": keras, "np": np}):
-            runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS
-                                           | doctest.NORMALIZE_WHITESPACE)
-            report = []
-            result = runner.run(test, out=report.append)
-            attempted += result.attempted
-            skipped += sum(bool(e.options.get(doctest.SKIP)) for e in test.examples)
-            if result.failed:
-                failures.append("".join(report))
+    failures, attempted, skipped = run_docstring_examples()
     assert not failures, "\n".join(failures)[:20000]
     assert attempted >= 100 and skipped <= 10, (attempted, skipped)
 

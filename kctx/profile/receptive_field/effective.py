@@ -65,9 +65,16 @@ def _input_gradients(features, images, position):
             return keras.ops.sum(keras.ops.cast(features(x)[:, i, j, :], "float32"))
 
         gradient = jax.grad(total)(keras.ops.convert_to_tensor(images))
+    elif backend == "torch":
+        import torch
+
+        x = keras.ops.convert_to_tensor(images).detach().requires_grad_(True)
+        with torch.enable_grad():
+            total = keras.ops.sum(keras.ops.cast(features(x)[:, i, j, :], "float32"))
+            (gradient,) = torch.autograd.grad(total, x)
     else:
         raise ValueError(f"The effective receptive field needs gradients: backend {backend!r} "
-                         "is not supported (tensorflow, jax).")
+                         "is not supported (tensorflow, jax, torch).")
     return np.asarray(keras.ops.convert_to_numpy(gradient), np.float64)
 
 
