@@ -12,7 +12,10 @@ order in its flatbuffer metadata, since its signature lists them sorted by name)
 dict by name.
 
 The ONNX and LiteRT runtimes are the ``export`` extra: ``pip install "kctx[export]"``
-(tf2onnx, onnxruntime, ai-edge-litert).
+(tf2onnx, onnxruntime, ai-edge-litert). On JAX and PyTorch the artifacts are TensorFlow's,
+written by a TensorFlow process from the model's ``.keras`` file (``python -m kctx.export``),
+but ONNX on PyTorch, which Keras writes with ``torch.onnx`` in process, without TensorFlow
+(``pip install "kctx[torch,onnx]"``).
 """
 
 import contextlib
@@ -192,6 +195,13 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         ExportError: the format's runtime cannot run a layer of the model; the
             message names the layer, its class and the operation.
 
+    On the JAX and PyTorch backends the artifact is TensorFlow's, as on TensorFlow: the
+    model is saved as a ``.keras`` file and exported by a TensorFlow process (which
+    imports the modules of the model's layer classes and of the registered Keras objects,
+    so a layer class defined in ``__main__`` cannot travel; TensorFlow must be installed).
+    ONNX on PyTorch is exported in this process by Keras' ``torch.onnx`` route and needs no
+    TensorFlow. ``input_signature`` applies on TensorFlow and to ONNX on PyTorch.
+
     Examples:
         >>> from kctx.layers import context_block
         >>> inputs = keras.Input((8, 8, 16))
@@ -211,9 +221,12 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
     path = os.fspath(path)
     if SUFFIXES[format] and not path.endswith(SUFFIXES[format]):
         raise ValueError(f"A {format} artifact is a {SUFFIXES[format]} file. Received: path={path!r}")
-    model = float32_model(model)
     if representative_data is not None:
         representative_data = list(representative_data)  # iterated more than once
+    if not _exports_in_process(format):
+        return _export_in_tensorflow(model, path, format, quantize, representative_data,
+                                     input_signature, float_layers)
+    model = float32_model(model)
     if input_signature is None:
         # The functional inputs, also for a model never called (Keras's ONNX export
         # otherwise refuses it); their names and None dimensions carry over.
@@ -230,6 +243,8 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
     elif format == "onnx":
         options = {"opset_version": 18}
     _remove(path)
+    if format == "onnx" and keras.backend.backend() == "torch":
+        _register_torch_onnx_symbolics()
     if quantize == "int8":
         _litert_int8(model, path, input_signature, options,
                      float_layer_names(model) if float_layers is None else float_layers)
@@ -245,6 +260,138 @@ def export_model(model, path, format="tf_saved_model", quantize="none",
         _remove(path)
         raise
     return path
+
+
+# ---------------------------------------------------------------------------
+# Export from JAX and PyTorch: in a TensorFlow process.
+# ---------------------------------------------------------------------------
+
+_TENSORFLOW_EXPORT = "--tensorflow-export"
+
+
+def _exports_in_process(format):
+    """Whether this backend writes ``format`` itself: TensorFlow every format (its
+    converters), PyTorch ONNX (``torch.onnx``)."""
+    backend = keras.backend.backend()
+    return backend == "tensorflow" or (backend == "torch" and format == "onnx")
+
+
+def _register_torch_onnx_symbolics():
+    """What PyTorch's TorchScript ONNX exporter (Keras' route for inputs of dynamic
+    sizes) lacks for Keras' PyTorch ops: ``aten::ravel``, which ``keras.ops.take`` applies
+    to its indices (PSF-Attn's chord gathers), as a Reshape to (-1)."""
+    import torch
+    from torch.onnx import register_custom_op_symbolic
+
+    def ravel(graph, x):
+        return graph.op("Reshape", x, graph.op("Constant",
+                                               value_t=torch.tensor([-1], dtype=torch.int64)))
+
+    register_custom_op_symbolic("aten::ravel", ravel, 9)
+
+
+def _modules_to_import(model):
+    """The modules a TensorFlow process imports before loading ``model``'s ``.keras``
+    file: those of its layer classes and of every registered Keras object (kctx's, a
+    workflow's, the user's)."""
+    classes = [type(layer) for layer in model._flatten_layers(include_self=True)]
+    local = sorted({cls.__qualname__ for cls in classes if cls.__module__ == "__main__"})
+    if local:
+        raise ValueError(f"On the {keras.backend.backend()} backend, export_model exports from "
+                         f"a TensorFlow process, which cannot import layer classes defined in "
+                         f"__main__: define {local} in a module. Received: a model of them")
+    objects = [*classes, *keras.saving.get_custom_objects().values()]
+    modules = {getattr(obj, "__module__", None) for obj in objects}
+    return sorted(name for name in modules if name and name != "__main__"
+                  and name.split(".")[0] != "keras")
+
+
+def _export_in_tensorflow(model, path, format, quantize, representative_data,
+                          input_signature, float_layers):
+    """:func:`export_model` on JAX and PyTorch: the model saved as a ``.keras`` file and
+    exported, then checked in its runtime, by ``python -m kctx.export`` on TensorFlow."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    backend = keras.backend.backend()
+    if input_signature is not None:
+        raise ValueError(f"`input_signature` applies on the TensorFlow backend (and to ONNX on "
+                         f"PyTorch): on {backend} the model's own inputs are exported. "
+                         f"Received: input_signature={input_signature!r}")
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ModuleNotFoundError(
+            f"export_model(format={format!r}) on the {backend} backend runs TensorFlow's "
+            f"converters in a TensorFlow process, and TensorFlow is not installed: "
+            f"pip install \"kctx[export]\""
+            + (" (ONNX exports on PyTorch without it)" if backend == "torch" else ""))
+    path = os.path.abspath(path)
+    with tempfile.TemporaryDirectory(prefix="kctx-export-") as folder:
+        request = {"model": os.path.join(folder, "model.keras"), "path": path,
+                   "format": format, "quantize": quantize, "float_layers": float_layers,
+                   "modules": _modules_to_import(model), "representative": None,
+                   "result": os.path.join(folder, "result.json")}
+        model.save(request["model"])
+        if representative_data is not None:
+            request["representative"] = os.path.join(folder, "representative.npz")
+            lists = [isinstance(item, (list, tuple)) for item in representative_data]
+            arrays = {f"{index}_{part}": np.asarray(x)
+                      for index, item in enumerate(representative_data)
+                      for part, x in enumerate(item if isinstance(item, (list, tuple))
+                                               else [item])}
+            np.savez(request["representative"], __lists__=np.asarray(lists, bool), **arrays)
+        with open(os.path.join(folder, "request.json"), "w") as handle:
+            json.dump(request, handle)
+        # The exporting process sees this one's modules (a workflow's, the user's) and no
+        # GPU: converting needs none, and this process may hold it.
+        environment = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": "",
+                       "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+                       "PYTHONPATH": os.pathsep.join(
+                           [entry or os.getcwd() for entry in sys.path]
+                           + [os.environ.get("PYTHONPATH", "")])}
+        completed = subprocess.run(
+            [sys.executable, "-m", "kctx.export", _TENSORFLOW_EXPORT,
+             os.path.join(folder, "request.json")],
+            env=environment, capture_output=True, text=True)
+        result = None
+        if os.path.exists(request["result"]):
+            with open(request["result"]) as handle:
+                result = json.load(handle)
+    if result is None or completed.returncode:
+        raise RuntimeError(f"The TensorFlow process exporting the model failed (exit status "
+                           f"{completed.returncode}):\n{completed.stderr[-5000:]}")
+    if "error" in result:
+        raise (ExportError if result["error"] == "ExportError" else RuntimeError)(
+            result["message"])
+    return result["path"]
+
+
+def _tensorflow_export_process(request_file):
+    """The exporting process of :func:`_export_in_tensorflow` (TensorFlow backend)."""
+    import importlib
+
+    with open(request_file) as handle:
+        request = json.load(handle)
+    for module in request["modules"]:
+        importlib.import_module(module)
+    model = keras.saving.load_model(request["model"], compile=False)
+    representative = None
+    if request["representative"] is not None:
+        with np.load(request["representative"]) as stored:
+            lists = stored["__lists__"]
+            representative = [
+                [stored[f"{index}_{part}"] for part in range(sum(
+                    key.startswith(f"{index}_") for key in stored.files))]
+                if is_list else stored[f"{index}_0"] for index, is_list in enumerate(lists)]
+    try:
+        result = {"path": export_model(model, request["path"], format=request["format"],
+                                       quantize=request["quantize"],
+                                       representative_data=representative,
+                                       float_layers=request["float_layers"])}
+    except ExportError as error:
+        result = {"error": "ExportError", "message": str(error)}
+    with open(request["result"], "w") as handle:
+        json.dump(result, handle)
 
 
 def _signature_names(input_signature):
@@ -793,3 +940,13 @@ def _tensorflow_program(model, inputs, compile, mode, weights):
 
     return tf.function(lambda inputs: model(inputs, training=False), jit_compile=compile,
                        reduce_retracing=False)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == _TENSORFLOW_EXPORT:
+        _tensorflow_export_process(sys.argv[2])
+    else:
+        sys.exit(f"usage: python -m kctx.export {_TENSORFLOW_EXPORT} REQUEST.json "
+                 f"(export_model's TensorFlow process)")

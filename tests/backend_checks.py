@@ -8,6 +8,7 @@ backend, numerically equal to the NumPy reference of the paper.
 """
 
 import math
+import os
 
 import keras
 import numpy as np
@@ -20,8 +21,10 @@ if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 d
 
 import fid_inception_check
 import numpy_reference as ref
+from block_models import block_atol, block_model
 from docstring_examples import TENSORFLOW_ONLY, run_docstring_examples
 import optimizer_check
+from kctx.export import SUFFIXES, export_model, load_artifact
 from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
 from kctx.ops import (
     causal_nmf,
@@ -640,3 +643,36 @@ def _docstring_examples_run_without_tensorflow(tmp_path, monkeypatch):
 
 if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
     test_docstring_examples_run_without_tensorflow = _docstring_examples_run_without_tensorflow
+
+
+def _every_block_exports_to_onnx_in_this_process(name, tmp_path):
+    """ONNX on PyTorch needs no TensorFlow: Keras' ``torch.onnx`` route, each block's
+    small model (tests/test_export.py's matrix on TensorFlow) run in ONNX Runtime at two
+    batch sizes against Keras, at the matrix's tolerances."""
+    model = block_model(name)
+    path = export_model(model, str(tmp_path / "model.onnx"), format="onnx")
+    artifact = load_artifact(path, "onnx")
+    x = np.random.default_rng(0).standard_normal((2, *model.input_shape[1:])).astype("float32")
+    for inputs in (x, x[:1]):
+        expected = keras.ops.convert_to_numpy(model(inputs, training=False))
+        np.testing.assert_allclose(artifact(inputs), expected, rtol=1e-4,
+                                   atol=block_atol(name, expected, 1e-5))
+
+
+def test_tensorflows_formats_need_tensorflow_installed(tmp_path):
+    """On JAX and PyTorch the SavedModel and LiteRT artifacts (and JAX's ONNX) are
+    TensorFlow's, written by a TensorFlow process (tests/test_export.py): without
+    TensorFlow, ``export_model`` says what to install, and writes nothing."""
+    model = block_model("none")
+    formats = ["litert", "tf_saved_model"] + (["onnx"] if BACKEND == "jax" else [])
+    for format in formats:
+        path = str(tmp_path / f"model{SUFFIXES[format]}")
+        with pytest.raises(ModuleNotFoundError, match=r"TensorFlow is not installed: pip "
+                                                      r'install "kctx\[export\]"'):
+            export_model(model, path, format=format)
+        assert not os.path.exists(path)
+
+
+if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
+    test_every_block_exports_to_onnx_in_this_process = pytest.mark.parametrize(
+        "name", context_block_names(None))(_every_block_exports_to_onnx_in_this_process)

@@ -16,13 +16,9 @@ the reason for, the ImageNet classifier's head after the ImageNet backbone's che
 about 180 s there, measured beside other work.
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from workflow_runs import ROOT, jax_environment
+from workflow_runs import ROOT, run_pytest_on
 
 TESTS = ROOT / "tests"
 NOT_HERE = {
@@ -34,28 +30,11 @@ NOT_HERE = {
 TENSORFLOW_ONLY = "not (real_variants_maps and (-l or -b)) and not original_layout_b_and_l"
 
 
-def run_pytest_without_tensorflow(backend, paths, selection=None):
-    # PyTorch on one intra-op thread: its default, one per core, spins on the cores the other
-    # worker shares (tests/test_runner.py's mixed precision: 4× the CPU time).
-    env = jax_environment(2) if backend == "jax" else dict(
-        os.environ, KERAS_BACKEND=backend, OMP_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]))
-    env.pop("KCTX_TEST_CPU", None)  # the inner session's tests are not this session's
-    command = [sys.executable, str(TESTS / "without_tensorflow.py"), "-m", "pytest", "-n", "0",
-               "-q", "-p", "no:cacheprovider", "--durations=0", *map(str, paths)]
-    if selection:
-        command += ["-k", selection]
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
-                               timeout=1200)
-    assert completed.returncode == 0, (completed.stdout[-6000:], completed.stderr[-3000:])
-    return completed.stdout
-
-
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_layers_models_and_metrics_without_tensorflow(backend):
     selection = " and ".join(filter(None, [TENSORFLOW_ONLY, NOT_HERE[backend]]))
-    output = run_pytest_without_tensorflow(
-        backend, [TESTS / "backend_checks.py", TESTS / "test_segnext.py"], selection)
+    output = run_pytest_on(backend, [TESTS / "backend_checks.py", TESTS / "test_segnext.py"],
+                           selection)
     assert " passed" in output and " failed" not in output and " skipped" not in output
 
 
@@ -75,3 +54,5 @@ def test_tensorflow_is_an_extra_of_what_needs_it():
         assert any(requirement.startswith("tensorflow>=") for requirement in extras[extra]), \
             extra
     assert extras["jax"] == ["jax>=0.4.30"] and extras["torch"] == ["torch>=2.4"]
+    # ONNX export on PyTorch (torch.onnx, ONNX Runtime) needs no TensorFlow.
+    assert not any(requirement.startswith("tensorflow") for requirement in extras["onnx"])

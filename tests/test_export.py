@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from block_models import block_atol, block_model
 from kctx.export import (
     FORMATS,
     SUFFIXES,
@@ -19,7 +20,7 @@ from kctx.export import (
     load_artifact,
 )
 from kctx.layers import context_block, context_block_names
-from kctx.layers.context_block import _KINDS
+from workflow_runs import ROOT, run_pytest_on
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
@@ -45,19 +46,6 @@ def _exported_matches(model, inputs, format, tmp_path, batches=(), atol=ATOL):
     return path
 
 
-def _block_model(name):
-    keras.utils.set_random_seed(0)
-    if _KINDS[name] == "sequence":
-        inputs = keras.Input((16, 8))
-        features = keras.layers.Dense(16)(inputs)
-    else:
-        inputs = keras.Input((4, 4, 16))
-        features = keras.layers.Conv2D(16, 1)(inputs)
-    # 4 groups of 4 channels (the registry's default, norm_groups=None, would make 16 of 1).
-    options = {"norm_groups": 4} if name == "ham_nmf_light" else {}
-    return keras.Model(inputs, context_block(name, **options)(features))
-
-
 # Every block through the two converters (tf2onnx and LiteRT's, which each have their own op
 # coverage); a SavedModel is TensorFlow's trace of the model, which the layer battery's
 # tf.function and XLA steps make of every block, and the workflow models' and SegNeXt's
@@ -65,18 +53,11 @@ def _block_model(name):
 @pytest.mark.parametrize("format", [format for format in FORMATS if format != "tf_saved_model"])
 @pytest.mark.parametrize("name", context_block_names(None))
 def test_every_block_exports_and_runs_in_every_runtime(name, format, tmp_path):
-    model = _block_model(name)
+    model = block_model(name)
     x = np.random.default_rng(0).standard_normal((2, *model.input_shape[1:])).astype("float32")
     expected = np.asarray(model(x, training=False))
-    # CD's closed form inverts DᵀD + βI, whose condition number reaches r(1 + β)/β
-    # (641 at the defaults r = 64, β = 0.1, T = 1, where the concept vectors nearly
-    # coincide): float32 rounding differs between runtimes by ~1e-5 of the output's
-    # scale there, as it does between Keras and a float64 evaluation. VQ's soft
-    # assignment, softmax(cos / T) at T = 0.1, multiplies the rounding by 1/T at each
-    # step: 1.3e-5 of the output's scale between Keras and LiteRT on one CI CPU.
-    scaled = name in ("ham_cd", "ham_vq")
-    atol = 5e-5 * float(np.abs(expected).max()) if scaled else ATOL
-    _exported_matches(model, x, format, tmp_path, batches=[x[:1]], atol=atol)
+    _exported_matches(model, x, format, tmp_path, batches=[x[:1]],
+                      atol=block_atol(name, expected, ATOL))
 
 
 def _two_input_model():
@@ -338,7 +319,7 @@ def test_litert_quantization_shrinks_the_artifact_and_stays_close(tmp_path):
 
 
 def test_export_arguments_are_checked(tmp_path):
-    model = _block_model("none")
+    model = block_model("none")
     with pytest.raises(ValueError, match="Received: format='pb'"):
         export_model(model, tmp_path / "m", format="pb")
     with pytest.raises(ValueError, match="quantize='int8' with format='onnx'"):
@@ -472,3 +453,13 @@ def test_inference_function_on_tensorflow_with_and_without_xla():
     spec = {"block": "ham_nmf", "kwargs": {"rank": 4, "steps": 2}, "input_shape": [4, 4, 8]}
     with pytest.raises(ValueError, match="runs on KERAS_BACKEND='torch'"):
         runtime_latency(spec, "torch_compile", batch=1, isolate=False)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_export_on_jax_and_pytorch_goes_through_a_tensorflow_process(backend):
+    """tests/export_check.py in a subprocess on each backend, TensorFlow installed: a LiteRT
+    int8 artifact of two inputs calibrated on JAX, a SavedModel from PyTorch against its
+    model, the runtime's ExportError from the exporting process, a layer of ``__main__``
+    refused (ONNX on PyTorch, in process, is tests/backend_checks.py's)."""
+    output = run_pytest_on(backend, [ROOT / "tests" / "export_check.py"], tensorflow=True)
+    assert " passed" in output and " failed" not in output and " skipped" not in output

@@ -202,3 +202,26 @@ def assert_same_update(initial, expected, actual, rtol=1e-3, variable_rtol=1e-2,
         assert np.linalg.norm(a - e) <= allowed, (
             f"{label}: variable {index} {e.shape} differs by {np.linalg.norm(a - e):.3g} "
             f"(update {np.linalg.norm(e):.3g}, allowed {allowed:.3g})")
+
+
+def run_pytest_on(backend, paths, selection=None, tensorflow=False):
+    """pytest on ``paths`` (``-k selection``) in a subprocess on ``backend`` (JAX over 2
+    virtual CPU devices), where TensorFlow cannot be imported (tests/without_tensorflow.py,
+    as an install without it) unless ``tensorflow``; returns its standard output."""
+    # PyTorch on one intra-op thread: its default, one per core, spins on the cores the other
+    # worker shares (tests/test_runner.py's mixed precision: 4× the CPU time).
+    tests = ROOT / "tests"
+    env = jax_environment(2) if backend == "jax" else dict(
+        os.environ, KERAS_BACKEND=backend, OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(tests), str(ROOT)]))
+    env.pop("KCTX_TEST_CPU", None)  # the inner session's tests are not this session's
+    command = [sys.executable, *([] if tensorflow else [str(tests / "without_tensorflow.py")]),
+               "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", "--durations=0",
+               *map(str, paths)]
+    if selection:
+        command += ["-k", selection]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
+                               timeout=1200)
+    assert completed.returncode == 0, (completed.stdout[-6000:], completed.stderr[-3000:])
+    return completed.stdout
+

@@ -15,6 +15,14 @@ from keras import ops
 from kctx.validation import check_positive_int
 
 
+def _static_length(x):
+    """n, the static length of ``x`` (B, n, ...): the chord pattern is built for it. An int
+    also where a tracer gives sizes as tensors (PyTorch's ONNX export traces each size as
+    a 0-d tensor); ``None`` stays ``None`` (refused by the checks)."""
+    n = x.shape[1]
+    return n if n is None or isinstance(n, int) else int(n)
+
+
 def _check_length(n):
     check_positive_int("n", n)
     if n < 2:
@@ -67,7 +75,7 @@ def chord_matmul(values, v):
     Returns:
         (B, n, c) in the dtype of ``v``.
     """
-    n = v.shape[1]
+    n = _static_length(v)
     offsets = chord_offsets(n)
     if values.shape[-1] != len(offsets):
         raise ValueError(f"`values` must have L = {len(offsets)} entries per row for n = {n}. "
@@ -91,6 +99,6 @@ def chord_product_matmul(factors, v):
 
 def chord_dense(values):
     """The dense (B, n, n) matrix of a chord factor (for tests and pictures)."""
-    n = values.shape[1]
+    n = _static_length(values)
     selector = np.eye(n, dtype="float32")[chord_indices(n)]  # (n, L, n) one-hot columns
     return ops.einsum("bil,ilj->bij", values, ops.cast(selector, values.dtype))
