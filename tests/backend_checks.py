@@ -36,6 +36,7 @@ from kctx.ops import (
     matrix_decomposition,
     poly_nl,
 )
+from kctx.profile import profile_layer
 from kctx.testing import run_layer_test
 
 BACKEND = keras.backend.backend()
@@ -676,3 +677,20 @@ def test_tensorflows_formats_need_tensorflow_installed(tmp_path):
 if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
     test_every_block_exports_to_onnx_in_this_process = pytest.mark.parametrize(
         "name", context_block_names(None))(_every_block_exports_to_onnx_in_this_process)
+
+
+def test_profile_layer_measures_on_this_backend():
+    """``profile_layer`` on this backend (in this process on PyTorch, in a fresh JAX process
+    on JAX): the Hamburger's MACs are Table 3's count at this shape (tests/test_profile.py's
+    formula, the same on TensorFlow), its training step's include the backward products,
+    and both calls are timed."""
+    n, c, r, k = 8 * 8, 32, 4, 3
+    grams = (k + 1) * (c * r * r + n * r * r) + k * (n * r * r + c * r * r)
+    expected = n * c * c + (2 * k + 1) * n * c * r + grams + c * r * c + n * r * c
+    result = profile_layer(Hamburger(rank=r, steps=k), (1, 8, 8, c), repeats=2,
+                           train_repeats=1, warmup=1, isolate=BACKEND == "jax")
+    assert result["backend"] == BACKEND and result["memory_source"] == "rss", result
+    assert result["macs"] == expected, result
+    assert result["train_macs"] > 2 * result["macs"], result
+    assert result["infer_ms"] > 0 and result["train_ms"] > 0, result
+    assert result["jit_compile"] == (BACKEND == "jax"), result

@@ -89,6 +89,14 @@ def test_profile_rejects_unknown_mode():
         profile_layer(Hamburger(), (1, 4, 4, 8), modes=("backward",))
 
 
+def test_profile_on_another_backend_needs_a_fresh_process():
+    """JAX and PyTorch profiles: tests/backend_checks.py."""
+    with pytest.raises(ValueError, match=r"use isolate=True \(a fresh jax process\)"):
+        profile_layer(Hamburger(), (1, 4, 4, 8), backend="jax", isolate=False)
+    with pytest.raises(ValueError, match="Received: backend='mxnet'"):
+        profile_layer(Hamburger(), (1, 4, 4, 8), backend="mxnet")
+
+
 @pytest.mark.parametrize("argv,message", [
     (["table3", "--size", "0"], "--size: must be a positive integer. Received: '0'"),
     (["table3", "--repeats", "0"], "--repeats: must be a positive integer"),

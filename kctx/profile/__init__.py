@@ -1,6 +1,7 @@
 """Cost profiler: params, MACs, latency and peak memory of any layer; receptive fields.
 
-The cost profiler requires the TensorFlow backend (it traces ``tf.function`` graphs).
+The cost profiler measures on the backend asked for (this process's by default):
+``tf.function`` graphs on TensorFlow, ``jax.jit`` programs on JAX, eager PyTorch.
 :func:`theoretical_receptive_field` reads a functional model's layer graph and
 :func:`effective_receptive_field` takes input gradients on the backend in use.
 """

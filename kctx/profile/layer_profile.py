@@ -2,8 +2,9 @@
 
 Latency is the median over repeats of one inference call (``training=False``)
 and of one training step (forward with ``training=True`` plus the gradients
-with respect to the input and every trainable weight), each a traced
-``tf.function``. Peak memory is read from TensorFlow's CPU allocator
+with respect to the input and every trainable weight), on the backend asked for:
+each a traced ``tf.function`` on TensorFlow, a ``jax.jit`` program on JAX, the
+eager call and ``torch.autograd.grad`` on PyTorch (below, TensorFlow's memory). Peak memory is read from TensorFlow's CPU allocator
 (``tf.config.experimental.get_memory_info``, the CPU analogue of PyTorch's
 ``max_memory_allocated`` that the papers report on GPU): the peak bytes held
 by tensors during one call, inputs and weights included (the oneDNN CPU
@@ -136,24 +137,168 @@ def measure_latency(function, *args, repeats=10, warmup=2):
     return statistics.median(times), min(times)
 
 
+def _device_peak_memory(function, *args):
+    """Peak MB of ``function(*args)`` on JAX or PyTorch (already compiled and warmed up):
+    PyTorch's CUDA allocator's peak over the call, JAX's device peak since the process
+    started (an accelerator's ``peak_bytes_in_use``), else the resident set's growth."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        if any(getattr(arg, "is_cuda", False) for arg in args):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            function(*args)
+            return torch.cuda.max_memory_allocated() / 2**20, "cuda_allocator"
+    elif backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        stats = device.memory_stats() if device.platform != "cpu" else None
+        if stats and "peak_bytes_in_use" in stats:
+            function(*args)
+            return jax.device_get(device.memory_stats()["peak_bytes_in_use"]) / 2**20, \
+                "device_peak_since_start"
+    _trim_c_heap()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    before = _status_mb("VmRSS")
+    function(*args)
+    return _status_mb("VmHWM") - before, "rss"
+
+
+def _backend_functions(layer, jit_compile):
+    """``(infer(x), step(x, cotangent), the step to count MACs of)`` on JAX or PyTorch, each
+    returning when the device has finished: on JAX both ``jax.jit`` programs of the
+    layer's ``stateless_call`` (the step: ``jax.grad`` of ⟨y, g⟩ with respect to the weights
+    and the input); on PyTorch the eager call under ``torch.no_grad()`` and
+    ``torch.autograd.grad`` of the same loss."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        trainable = [v.value for v in layer.trainable_variables]
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        def forward(weights, x, cotangent):
+            y, _ = layer.stateless_call(weights, non_trainable, x, training=True)
+            return jnp.sum(y.astype("float32") * cotangent)
+
+        gradient = jax.grad(forward, argnums=(0, 1))
+        infer_program = jax.jit(
+            lambda weights, x: layer.stateless_call(weights, non_trainable, x,
+                                                    training=False)[0])
+        step_program = jax.jit(gradient)
+
+        def infer(x):
+            return jax.block_until_ready(infer_program(trainable, x))
+
+        def step(x, cotangent):
+            return jax.block_until_ready(step_program(trainable, x, cotangent))
+
+        return infer, step, lambda x, cotangent: gradient(trainable, x, cotangent)
+    import torch
+
+    if jit_compile:
+        raise ValueError("`jit_compile=True` on PyTorch would be torch.compile, which the "
+                         "profiler does not measure: profile the eager layer, or time "
+                         "kctx.export.inference_function. Received: jit_compile=True")
+    weights = [v.value for v in layer.trainable_variables]
+
+    def synchronized(result):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return result
+
+    def infer(x):
+        with torch.no_grad():
+            return synchronized(layer(x, training=False))
+
+    def loss(x, cotangent):
+        return torch.sum(layer(x, training=True).float() * cotangent)
+
+    def step(x, cotangent):
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            return synchronized(torch.autograd.grad(loss(x, cotangent), [x, *weights],
+                                                    allow_unused=True))
+
+    def counted_step(x, cotangent):
+        # The same products through backward(): FlopCounterMode's module hooks refuse
+        # autograd.grad; the gradients it leaves in .grad are dropped.
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            loss(x, cotangent).backward(inputs=[x, *weights])
+        for weight in weights:
+            weight.grad = None
+
+    return infer, step, counted_step
+
+
+def _torch_step_macs(step, x, cotangent):
+    """MACs of a PyTorch training step (forward and backward) as ``count_torch_macs``
+    counts a forward's (which it runs without gradients)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step(x, cotangent)
+    return counter.get_total_flops() // 2
+
+
+def _profile_on_backend(layer, x, rng, input_shape, modes, repeats, train_repeats, warmup,
+                        jit_compile, result):
+    """:func:`_profile_here`'s measures on JAX or PyTorch."""
+    from kctx.profile.macs import count_macs
+
+    backend = keras.backend.backend()
+    infer, step, counted_step = _backend_functions(layer, jit_compile)
+    result["jit_compile"] = backend == "jax"  # JAX runs XLA programs
+    if "infer" in modes:
+        result["macs"] = count_macs(lambda t: layer(t, training=False), input_shape)
+        infer(x)
+        result["infer_mem_mb"], result["memory_source"] = _device_peak_memory(infer, x)
+        result["infer_ms"], result["infer_ms_min"] = measure_latency(
+            infer, x, repeats=repeats, warmup=warmup)
+    if "train" in modes:
+        out_shape = tuple(layer.compute_output_shape(input_shape))
+        cotangent = keras.ops.convert_to_tensor(
+            rng.standard_normal(out_shape).astype("float32"))
+        if backend == "jax":
+            result["train_macs"] = count_macs(counted_step, input_shape, out_shape)
+        else:
+            result["train_macs"] = _torch_step_macs(counted_step, x, cotangent)
+        step(x, cotangent)
+        result["train_mem_mb"], result["memory_source"] = _device_peak_memory(step, x,
+                                                                              cotangent)
+        result["train_ms"], result["train_ms_min"] = measure_latency(
+            step, x, cotangent, repeats=train_repeats or repeats, warmup=warmup)
+    return result
+
+
 def _profile_here(spec, input_shape, modes, repeats, train_repeats, warmup, jit_compile, seed):
     from kctx.profile.macs import count_macs
 
-    tf = _tf()
     keras.utils.set_random_seed(seed)
     layer = layer_from_spec(spec)
     input_shape = tuple(int(d) for d in input_shape)
     layer.build(input_shape)
     rng = np.random.default_rng(seed)
-    x = tf.constant(rng.standard_normal(input_shape).astype("float32"))
     trainable, non_trainable = count_params(layer)
     result = {
         "layer": type(layer).__name__,
+        "backend": keras.backend.backend(),
         "input_shape": list(input_shape),
         "params": trainable,
         "non_trainable_params": non_trainable,
         "jit_compile": bool(jit_compile),
     }
+    if keras.backend.backend() != "tensorflow":
+        x = keras.ops.convert_to_tensor(rng.standard_normal(input_shape).astype("float32"))
+        return _profile_on_backend(layer, x, rng, input_shape, modes, repeats, train_repeats,
+                                   warmup, jit_compile, result)
+    tf = _tf()
+    x = tf.constant(rng.standard_normal(input_shape).astype("float32"))
     if "infer" in modes:
         result["macs"] = count_macs(lambda t: layer(t, training=False), input_shape)
         infer = inference_function(layer, jit_compile)
@@ -196,8 +341,9 @@ def profile_layer(
     isolate=True,
     seed=0,
     timeout=None,
+    backend=None,
 ):
-    """Profile a layer at ``input_shape`` (batch included).
+    """Profile a layer at ``input_shape`` (batch included), on a Keras backend.
 
     Args:
         layer: a ``keras.layers.Layer`` (unbuilt or built: its config is used),
@@ -213,9 +359,16 @@ def profile_layer(
             and its class importable).
         seed: seed of weights and inputs.
         timeout: seconds before the isolated process is killed.
+        backend: ``"tensorflow"``, ``"jax"`` or ``"torch"``: the backend measured (default
+            this process's; another needs ``isolate=True``). TensorFlow: ``tf.function``
+            (XLA with ``jit_compile``), its CPU allocator's peak memory. JAX: ``jax.jit``
+            programs of the layer's ``stateless_call``, always XLA, the step ``jax.grad``.
+            PyTorch: the eager call and ``torch.autograd.grad`` (``jit_compile`` refused),
+            the CUDA allocator's peak on a GPU. Elsewhere the memory is the resident set's
+            growth (``memory_source``); each call returns when the device has finished.
 
     Returns:
-        A dict with ``params``, ``non_trainable_params``, ``macs``,
+        A dict with ``backend``, ``params``, ``non_trainable_params``, ``macs``,
         ``train_macs``, ``infer_ms``, ``train_ms`` (medians), ``*_ms_min``,
         ``infer_mem_mb``, ``train_mem_mb`` and ``memory_source``.
     """
@@ -223,6 +376,15 @@ def profile_layer(
     unknown = set(modes) - {"infer", "train"}
     if unknown:
         raise ValueError(f"`modes` must be among ('infer', 'train'). Received: modes={modes!r}")
+    here = keras.backend.backend()
+    backend = here if backend is None else backend
+    if backend not in ("tensorflow", "jax", "torch"):
+        raise ValueError(f"`backend` must be 'tensorflow', 'jax' or 'torch'. "
+                         f"Received: backend={backend!r}")
+    if not isolate and backend != here:
+        raise ValueError(f"Profiling on {backend} in this {here} process: Keras picks its "
+                         f"backend at import, so use isolate=True (a fresh {backend} process). "
+                         f"Received: backend={backend!r}, isolate=False")
     if not isolate:
         spec = layer if not isinstance(layer, keras.layers.Layer) else layer.__class__.from_config(
             layer.get_config()
@@ -240,7 +402,7 @@ def profile_layer(
         "seed": seed,
     }
     # The caching allocator keeps the statistics the peak is read from on any CPU.
-    return run_worker("profile", request, timeout=timeout,
+    return run_worker("profile", request, timeout=timeout, backend=backend,
                       defaults={"TF_CPU_ALLOCATOR_USE_BFC": "true"})
 
 
