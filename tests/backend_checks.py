@@ -694,3 +694,7 @@ def test_profile_layer_measures_on_this_backend():
     assert result["train_macs"] > 2 * result["macs"], result
     assert result["infer_ms"] > 0 and result["train_ms"] > 0, result
     assert result["jit_compile"] == (BACKEND == "jax"), result
+    # A layer whose call() takes no `training` (JAX's stateless_call passes it as given).
+    attention = profile_layer({"block": "self_attention"}, (1, 4, 4, 8), repeats=1,
+                              warmup=1, isolate=False)
+    assert attention["macs"] > 0 and attention["train_macs"] > attention["macs"], attention

@@ -8,7 +8,7 @@ median CPU inference time, and the speed-up over Attn measured in the same run.
 """
 
 from kctx.arguments import output_path, positive_int
-from kctx.bench import report
+from kctx.bench import macs_source, memory_measure, report
 from kctx.layers import Attention2D, KroneckerAttention2D
 from kctx.profile import profile_layer
 
@@ -66,8 +66,11 @@ def format_table(rows):
             f"{r['infer_mem_mb']:>10.1f} {r['infer_ms']:>9.2f} {r['speedup_vs_attn']:>8.1f}× | "
             f"{paper.get('time_ms', float('nan')):>11.1f} {paper.get('speedup', float('nan')):>8.1f}×")
     lines.append("")
-    lines.append("MAdd per example (the paper's unit) counted from the traced graph; memory: TensorFlow CPU-allocator peak of one "
-                 "call (tensors under 256 KiB are not tracked); time: median inference. Paper: "
+    memory = memory_measure(rows)
+    untracked = " (tensors under 256 KiB are not tracked)" if memory.startswith("TensorFlow") \
+        else ""
+    lines.append(f"MAdd per example (the paper's unit) counted from {macs_source(rows)}; "
+                 f"memory: {memory} of one call{untracked}; time: median inference. Paper: "
                  "Table 1 (CPU).")
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ defaults are Wang et al.'s and Shen et al.'s C/2.
 """
 
 from kctx.arguments import output_path, positive_int
-from kctx.bench import report
+from kctx.bench import macs_source, memory_measure, report
 from kctx.profile import profile_layer
 
 FULL_WIDTH = "C"  # replaced by the input channels
@@ -85,8 +85,8 @@ def format_table(rows):
                      f"{r['params']:>10,} {r['macs'] / 1e9:>8.3f} {r['infer_mem_mb']:>10.1f} "
                      f"{r['infer_ms']:>10.2f} {relative:>7.2f}×")
     lines.append("")
-    lines.append("Inference, batch 1, median time; memory: TensorFlow CPU-allocator peak of one "
-                 "call; MACs counted from the traced graph.")
+    lines.append(f"Inference, batch 1, median time; memory: {memory_measure(rows)} of one "
+                 f"call; MACs counted from {macs_source(rows)}.")
     for name, goal in goals(rows).items():
         lines.append(f"goal {name} {goal['goal']}: measured {goal['ratio']:.2f} -> "
                      f"{'met' if goal['met'] else 'NOT met'}")

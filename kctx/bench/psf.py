@@ -10,7 +10,7 @@ is reported as skipped instead of being run.
 """
 
 from kctx.arguments import output_path, positive_float, positive_int
-from kctx.bench import report
+from kctx.bench import macs_source, memory_measure, report
 from kctx.profile import profile_layer
 
 
@@ -42,7 +42,8 @@ def run_psf(lengths=tuple(2 ** k for k in range(8, 15)), batch=4, embed_dim=32, 
                 row["skipped"] = f"failed: {str(error).splitlines()[0][:120]}"
             else:
                 row.update(params=result["params"], train_ms=result["train_ms"],
-                           train_mem_mb=result["train_mem_mb"], train_macs=result["train_macs"])
+                           train_mem_mb=result["train_mem_mb"], train_macs=result["train_macs"],
+                           memory_source=result["memory_source"], backend=result["backend"])
             rows.append(row)
     return rows
 
@@ -58,8 +59,8 @@ def format_table(rows):
         lines.append(f"{r['length']:>7} {r['model']:<12} {r['params']:>10,} {r['train_ms']:>10.1f} "
                      f"{r['train_mem_mb']:>10.1f} {r['train_macs'] / 1e9:>8.2f}")
     lines.append("")
-    lines.append("One training step (batch in the JSON), median time; memory: TensorFlow "
-                 "CPU-allocator peak; MACs of forward + gradients from the traced graph.")
+    lines.append(f"One training step (batch in the JSON), median time; memory: "
+                 f"{memory_measure(rows)}; MACs of forward + gradients from {macs_source(rows)}.")
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ same run and with the roofline 2·MACs / (measured fp32 matmul peak).
 """
 
 from kctx.arguments import output_path, positive_int
-from kctx.bench import report
+from kctx.bench import macs_source, memory_measure, report
 from kctx.profile import matmul_peak_gflops, profile_layer
 
 # Paper, Table 3, input 1×512×128×128 (GPU: NVIDIA TITAN Xp). Params are in
@@ -111,12 +111,12 @@ def format_table(rows):
             )
     lines.append("")
     lines.append(
-        "MACs are counted from the traced graph. kctx's Hamburger applies the upper bread to "
-        "the factors, (C·Dᵀ)·W_u = C·(Dᵀ·W_u), and reuses x·D₀ between the NMF code "
+        f"MACs are counted from {macs_source(rows)}. kctx's Hamburger applies the upper bread "
+        "to the factors, (C·Dᵀ)·W_u = C·(Dᵀ·W_u), and reuses x·D₀ between the NMF code "
         "initialisation and the first update, so it executes fewer MACs than the paper's "
-        "implementation for the same output. Memory: TensorFlow CPU-allocator peak during one "
+        f"implementation for the same output. Memory: {memory_measure(rows)} during one "
         "call (inputs and weights included), each method in a fresh process. Roofline: "
-        "2·MACs / fp32 matmul peak."
+        "2·MACs / fp32 matmul peak (TensorFlow's)."
     )
     return "\n".join(lines)
 

@@ -180,15 +180,19 @@ def _backend_functions(layer, jit_compile):
 
         trainable = [v.value for v in layer.trainable_variables]
         non_trainable = [v.value for v in layer.non_trainable_variables]
+        # stateless_call gives its keywords to call() as they are (__call__ drops a
+        # `training` that call() does not take).
+        takes_training = getattr(layer, "_call_has_training_arg", True)
+
+        def call(weights, x, training):
+            options = {"training": training} if takes_training else {}
+            return layer.stateless_call(weights, non_trainable, x, **options)[0]
 
         def forward(weights, x, cotangent):
-            y, _ = layer.stateless_call(weights, non_trainable, x, training=True)
-            return jnp.sum(y.astype("float32") * cotangent)
+            return jnp.sum(call(weights, x, True).astype("float32") * cotangent)
 
         gradient = jax.grad(forward, argnums=(0, 1))
-        infer_program = jax.jit(
-            lambda weights, x: layer.stateless_call(weights, non_trainable, x,
-                                                    training=False)[0])
+        infer_program = jax.jit(lambda weights, x: call(weights, x, False))
         step_program = jax.jit(gradient)
 
         def infer(x):
