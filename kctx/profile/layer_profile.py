@@ -115,6 +115,11 @@ def measure_peak_memory(function, *args):
         # pool (or the inputs alias NumPy memory): fall through to the RSS.
     except ValueError:
         pass
+    return _resident_set_growth(function, *args)
+
+
+def _resident_set_growth(function, *args):
+    """``(MB, "rss")``: the growth of the peak resident set during ``function(*args)``."""
     # Warm-up calls freed their tensors to the C library, which keeps the pages:
     # hand them back, or this call reuses them and the resident set never grows.
     _trim_c_heap()
@@ -159,12 +164,7 @@ def _device_peak_memory(function, *args):
             function(*args)
             return jax.device_get(device.memory_stats()["peak_bytes_in_use"]) / 2**20, \
                 "device_peak_since_start"
-    _trim_c_heap()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    before = _status_mb("VmRSS")
-    function(*args)
-    return _status_mb("VmHWM") - before, "rss"
+    return _resident_set_growth(function, *args)
 
 
 def _backend_functions(layer, jit_compile):
