@@ -4,8 +4,8 @@ Latency is the median over repeats of one inference call (``training=False``)
 and of one training step (forward with ``training=True`` plus the gradients
 with respect to the input and every trainable weight), on the backend asked for:
 each a traced ``tf.function`` on TensorFlow, a ``jax.jit`` program on JAX, the
-eager call and ``torch.autograd.grad`` on PyTorch (below, TensorFlow's memory). Peak memory is read from TensorFlow's CPU allocator
-(``tf.config.experimental.get_memory_info``, the CPU analogue of PyTorch's
+eager call and ``torch.autograd.grad`` on PyTorch. On TensorFlow, peak memory is read
+from its CPU allocator (``tf.config.experimental.get_memory_info``, the CPU analogue of PyTorch's
 ``max_memory_allocated`` that the papers report on GPU): the peak bytes held
 by tensors during one call, inputs and weights included (the oneDNN CPU
 allocator keeps no statistics for tensors under 256 KiB, so for tiny layers
@@ -17,7 +17,8 @@ the fresh process runs with the caching allocator, ``TF_CPU_ALLOCATOR_USE_BFC=tr
 which keeps them on any CPU (unless the environment sets it). Where the
 allocator has no stats (in process, without that variable), the growth of the
 process's peak resident set is used instead, after the C library has handed its
-freed memory back to the system.
+freed memory back to the system. On JAX and PyTorch it is the CUDA allocator's peak
+(PyTorch) or the device's (JAX) where the device keeps one, else that resident set's growth.
 """
 
 import ctypes
