@@ -374,7 +374,9 @@ def _tensorflow_export_process(request_file):
         request = json.load(handle)
     for module in request["modules"]:
         importlib.import_module(module)
-    model = keras.saving.load_model(request["model"], compile=False)
+    # The file is the one the exporting call has just written from its own model, in its
+    # private temporary folder: a Lambda layer's function loads as it was saved.
+    model = keras.saving.load_model(request["model"], compile=False, safe_mode=False)
     representative = None
     if request["representative"] is not None:
         with np.load(request["representative"]) as stored:

@@ -56,10 +56,13 @@ class InverseLayer(keras.layers.Layer):
 
 
 def _saved_model_of_a_ham_and_the_runtimes_error_named(tmp_path):
+    """A Lambda layer travels too (the exporting process loads the file this one wrote with
+    ``safe_mode=False``)."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((8, 8, 16))
     features = keras.layers.Conv2D(16, 1)(inputs)
-    model = keras.Model(inputs, context_block("ham_nmf", rank=4, seed=0)(features))
+    ham = context_block("ham_nmf", rank=4, seed=0)(features)
+    model = keras.Model(inputs, keras.layers.Lambda(lambda t: 2.0 * t + 1.0)(ham))
     path = export_model(model, str(tmp_path / "saved"), format="tf_saved_model")
     x = np.random.default_rng(0).standard_normal((2, 8, 8, 16)).astype("float32")
     np.testing.assert_allclose(load_artifact(path, "tf_saved_model")(x),
