@@ -21,7 +21,7 @@ if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 d
 
 import fid_inception_check
 import numpy_reference as ref
-from block_models import block_atol, block_model
+from block_models import TRAIN_STEP_MACS, block_atol, block_model
 from docstring_examples import TENSORFLOW_ONLY, run_docstring_examples
 import optimizer_check
 from kctx.export import SUFFIXES, export_model, load_artifact
@@ -698,3 +698,13 @@ def test_profile_layer_measures_on_this_backend():
     attention = profile_layer({"block": "self_attention"}, (1, 4, 4, 8), repeats=1,
                               warmup=1, isolate=False)
     assert attention["macs"] > 0 and attention["train_macs"] > attention["macs"], attention
+
+
+@pytest.mark.parametrize("name", sorted(TRAIN_STEP_MACS))
+def test_training_step_macs_are_those_of_every_backend(name):
+    """The training step's count is TensorFlow's (tests/test_profile.py): the products of
+    the forward, of the gradients the step uses, and none other."""
+    shape, expected = TRAIN_STEP_MACS[name]
+    result = profile_layer({"block": name}, shape, modes=("train",), repeats=1, warmup=0,
+                           isolate=False)
+    assert result["train_macs"] == expected, result

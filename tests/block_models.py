@@ -33,3 +33,19 @@ def block_atol(name, expected, atol):
     rounding by 1/T at each step: 1.3e-5 of the output's scale between Keras and LiteRT on
     one CI CPU."""
     return 5e-5 * float(np.abs(expected).max()) if name in ("ham_cd", "ham_vq") else atol
+
+
+# The multiply-adds of one training step (the forward with training=True, the loss ⟨y, g⟩
+# and the gradients of the input and the weights) of ``context_block(name)`` at its
+# registry defaults, as profile_layer counts them: the same on the three backends
+# (tests/test_profile.py on TensorFlow, tests/backend_checks.py on JAX and PyTorch).
+# TensorFlow's count once included the products its gradient functions build for inputs
+# behind a stop_gradient (the Hamburger's one-step gradient), which it never runs: 2.3%
+# more for "ham_nmf" than JAX's and PyTorch's.
+TRAIN_STEP_MACS = {
+    "ham_nmf": ((1, 16, 16, 32), 25_165_824),
+    "ham_cd": ((1, 16, 16, 32), 19_398_656),
+    "ham_vq": ((1, 16, 16, 32), 9_830_400),
+    "self_attention": ((1, 16, 16, 32), 15_728_640),
+    "psf": ((1, 64, 32), 1_830_912),
+}

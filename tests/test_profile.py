@@ -3,6 +3,7 @@ import json
 import pytest
 import tensorflow as tf
 
+from block_models import TRAIN_STEP_MACS
 from kctx.layers import Hamburger, SelfAttention2D
 from kctx.profile import count_macs, count_params, profile_layer
 
@@ -31,9 +32,28 @@ def test_training_graph_counts_backward_matmuls():
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = tf.reduce_sum(tf.matmul(x, w))
-        return tape.gradient(y, x)
+        return y, tape.gradient(y, x)
 
     assert count_macs(step, (5, 7)) == 2 * 5 * 7 * 3  # forward + grad w.r.t. x
+    # Without the loss the forward product feeds nothing (the sum's gradient does not
+    # need it): TensorFlow does not run it, and it is not counted.
+    assert count_macs(lambda x: step(x)[1], (5, 7)) == 5 * 7 * 3
+
+
+def test_training_graph_skips_the_gradients_nothing_uses():
+    """TensorFlow's einsum gradient builds the product for every input, the weights behind
+    a ``stop_gradient`` included (as in the Hamburger's one-step gradient); TensorFlow
+    prunes it before running, and so does the count."""
+    w = tf.Variable(tf.ones((7, 3)))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(tf.einsum("nk,km->nm", x, tf.stop_gradient(w)))
+        return y, tape.gradient(y, x)
+
+    by_op = {}
+    assert count_macs(step, (5, 7), by_op=by_op) == 2 * 5 * 7 * 3, by_op
 
 
 def test_paper_scale_counts():
@@ -53,6 +73,16 @@ def test_paper_scale_counts():
     grams = (k + 1) * (d * r * r + n * r * r) + k * (n * r * r + d * r * r)
     expected = n * c * d + (2 * k + 1) * n * d * r + grams + d * r * c + n * r * c
     assert count_macs(lambda x: ham(x, training=False), shape) == expected
+
+
+@pytest.mark.parametrize("name", sorted(TRAIN_STEP_MACS))
+def test_training_step_macs_are_those_of_every_backend(name):
+    """The training step's count is the one JAX and PyTorch give (tests/backend_checks.py
+    checks the same numbers there)."""
+    shape, expected = TRAIN_STEP_MACS[name]
+    result = profile_layer({"block": name}, shape, modes=("train",), repeats=1, warmup=0,
+                           isolate=False)
+    assert result["train_macs"] == expected, result
 
 
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "fresh-process"])

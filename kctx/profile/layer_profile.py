@@ -72,7 +72,9 @@ def inference_function(layer, jit_compile=False):
 
 def train_step_function(layer, jit_compile=False):
     """Forward (training=True) and gradients w.r.t. the input and the weights,
-    for the loss ⟨y, g⟩ with a fixed random cotangent g."""
+    for the loss ⟨y, g⟩ with a fixed random cotangent g; returns the loss and the
+    gradients, as a training step computes both (without the loss, a forward product whose
+    output only the loss reads would be pruned from the graph, and from its count)."""
     tf = _tf()
 
     def step(x, cotangent):
@@ -80,7 +82,7 @@ def train_step_function(layer, jit_compile=False):
             tape.watch(x)
             y = layer(x, training=True)
             loss = tf.reduce_sum(tf.cast(y, tf.float32) * cotangent)
-        return tape.gradient(loss, [x] + list(layer.trainable_variables))
+        return loss, tape.gradient(loss, [x] + list(layer.trainable_variables))
 
     return tf.function(step, jit_compile=jit_compile)
 
@@ -172,8 +174,8 @@ def _backend_functions(layer, jit_compile):
     """``(infer(x), step(x, cotangent), the step to count MACs of)`` on JAX or PyTorch, each
     returning when the device has finished: on JAX both ``jax.jit`` programs of the
     layer's ``stateless_call`` (the step: ``jax.grad`` of ⟨y, g⟩ with respect to the weights
-    and the input); on PyTorch the eager call under ``torch.no_grad()`` and
-    ``torch.autograd.grad`` of the same loss."""
+    and the input, with the loss: ``jax.value_and_grad``); on PyTorch the eager call under
+    ``torch.no_grad()`` and ``torch.autograd.grad`` of the same loss."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -192,7 +194,7 @@ def _backend_functions(layer, jit_compile):
         def forward(weights, x, cotangent):
             return jnp.sum(call(weights, x, True).astype("float32") * cotangent)
 
-        gradient = jax.grad(forward, argnums=(0, 1))
+        gradient = jax.value_and_grad(forward, argnums=(0, 1))
         infer_program = jax.jit(lambda weights, x: call(weights, x, False))
         step_program = jax.jit(gradient)
 
@@ -226,8 +228,9 @@ def _backend_functions(layer, jit_compile):
     def step(x, cotangent):
         x = x.detach().requires_grad_(True)
         with torch.enable_grad():
-            return synchronized(torch.autograd.grad(loss(x, cotangent), [x, *weights],
-                                                    allow_unused=True))
+            value = loss(x, cotangent)
+            return synchronized((value, torch.autograd.grad(value, [x, *weights],
+                                                            allow_unused=True)))
 
     def counted_step(x, cotangent):
         # The same products through backward(): FlopCounterMode's module hooks refuse
