@@ -12,7 +12,7 @@ import numpy as np
 import kctx
 
 # Examples that show a TensorFlow-only API (their objects say so): not run on other backends.
-TENSORFLOW_ONLY = ("kctx.distribute.StrategyDistribution",)
+TENSORFLOW_ONLY = ("kctx.distribute.StrategyDistribution", "kctx.profile.macs.count_graph_macs")
 
 
 def run_docstring_examples(skip=()):
