@@ -33,7 +33,10 @@
 #   7. the square kernels as taps again, batch 1 with 200 repeats (lease 4's were noisy);
 #   8. SegNeXt-T's JAX training step with the gathered resize (the default; its gradient is
 #      a scatter-add) and with jax.image.resize's matrices;
-#   9. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit).
+#   9. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit);
+#  10. kctx.profile.profile_layer on the GPU, JAX and PyTorch: the Hamburger (NMF) at
+#      1x128x128x512, its latency, MACs and device peak memory (the CUDA allocator's, JAX's
+#      memory_stats), the profiler's GPU paths, which no lease has run yet.
 # Each step gets at most what is left of 585 s, so the call ends inside its limit and the
 # later steps are the ones a slow machine drops.
 # On this machine, first: bash tools/gpu_wheels.sh (the wheels, into .whl/), and the dry
@@ -45,7 +48,7 @@
 # gathered into one file each at the end) and prints the table of it all (report.txt).
 if [ -n "${DRY_RUN:-}" ]; then
     PY=$PWD/.venv/bin/python OUT=${OUT:-/tmp/gpu-lease-dry} TOTAL=3600 CAP_SCALE=4
-    DEVICE=cpu SIZE=64 GEN_LENGTHS="128 256"
+    DEVICE=cpu SIZE=64 GEN_LENGTHS="128 256" PROFILE_SHAPE="(1, 16, 16, 64)"
     REPEATS="--repeats 2 --warmup 1 --batch-repeats 1 --batch-warmup 1"
     TRAIN="--batch-size 1 --repeats 1 --warmup 1"
     SITE=/tmp/gpu-lease-dry-site
@@ -59,7 +62,7 @@ if [ -n "${DRY_RUN:-}" ]; then
     export PYTHONPATH=$SITE/blocked:$SITE/packages:$PWD
 else
     PY=python3 TOTAL=585 CAP_SCALE=1 DEVICE=cuda SIZE=512
-    GEN_LENGTHS="1024 2048 4096 8192 16384"
+    GEN_LENGTHS="1024 2048 4096 8192 16384" PROFILE_SHAPE="(1, 128, 128, 512)"
     REPEATS="--repeats 200 --warmup 10 --batch-repeats 6 --batch-warmup 2"
     TRAIN="--batch-size 16 --repeats 10 --warmup 3"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -114,8 +117,19 @@ train matrix "import kctx.ops.resize as r; r.GATHER_PLATFORMS = ()"
 # mixer, the Hamburger blocked (L = 64), each token's step one jax.jit program.
 step generation 120 env KERAS_BACKEND=jax "$PY" -m kctx.bench generation --compiled \
     --ham-block-size 64 --lengths $GEN_LENGTHS --json "$OUT/b1/generation.json"
-# At most 8 files come back: the variants of steps 3-7 and the two training steps, one file
-# each.
+# Step 10: profile_layer in this process's backend (isolate=False), the result as JSON.
+for backend in jax torch; do
+    step "profile_$backend" 60 env KERAS_BACKEND=$backend "$PY" -c "
+import json, sys
+from kctx.profile import profile_layer
+result = profile_layer({'block': 'ham_nmf'}, $PROFILE_SHAPE, repeats=20, train_repeats=10,
+                       warmup=3, isolate=False)
+print(result)
+with open(sys.argv[1], 'w') as file:
+    json.dump(result, file, indent=1)" "$OUT/b1/profile_$backend.json"
+done
+# At most 8 files come back: the variants of steps 3-7, the two training steps and the two
+# profiles, one file each.
 "$PY" - "$OUT/b1" <<'PYTHON'
 import json, os, sys
 folder = sys.argv[1]
@@ -134,7 +148,8 @@ for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "t
                                          "command_buffers",
                                          "nhwc", "constant_weights",
                                          "all_three", "square_taps")),
-                      ("train_steps.json", ("train_gathered", "train_matrix"))):
+                      ("train_steps.json", ("train_gathered", "train_matrix")),
+                      ("profiles.json", ("profile_jax", "profile_torch"))):
     gathered = {}
     for name in names:
         path = os.path.join(folder, name + ".json")
