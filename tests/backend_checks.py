@@ -371,48 +371,89 @@ if BACKEND == "torch":  # (the JAX process checks that nothing is skipped)
     test_zero_size_batch_gives_an_empty_output = _zero_size_batch_gives_an_empty_output
 
 
-def test_tap_depthwise_convolution_is_keras_depthwise_convolution(kernel_size=(3, 7)):
-    """SegNeXt's ``TapDepthwiseConv2D`` (a fused sum of taps on JAX GPUs, the backend's
-    convolution elsewhere) computes ``keras.layers.DepthwiseConv2D`` with the same weights,
-    forward and in its gradients."""
-    from kctx.layers import TapDepthwiseConv2D
+def _input_and_kernel_gradients(f, x, w, g):
+    """f(x, w) and the gradients of Σ f(x, w)·g with respect to x and w, on this backend."""
+    if BACKEND == "jax":
+        import jax
 
-    x = rng.normal(size=(2, 9, 23, 5)).astype("float32")
-    reference = keras.layers.DepthwiseConv2D(kernel_size, padding="same",
-                                             bias_initializer="random_normal")
-    layer = TapDepthwiseConv2D(kernel_size, padding="same")
-    layer.TAP_PLATFORMS = ("gpu", "cpu")  # the taps path here too (GPUs only by default)
-    layer.SQUARE_TAPS = True  # (3, 7) has no side of 1: XLA's convolution by default
+        y, pullback = jax.vjp(f, x, w)
+        return (y, *pullback(g))
+    import torch
+
+    x, w = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    y = f(x, w)
+    d_x, d_w = torch.autograd.grad(torch.sum(y * torch.tensor(g)), (x, w))
+    return y.detach(), d_x, d_w
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,shape", [
+    ((3, 7), (1, 1), "same", (2, 9, 23, 5)), ((3, 3), (2, 2), "same", (2, 9, 8, 3)),
+    ((4, 2), (2, 1), "valid", (2, 9, 7, 2))])
+def test_tap_depthwise_convolution_and_its_gradients(kernel_size, strides, padding, shape):
+    """``kctx.ops.depthwise_conv_taps`` and its written-out gradients against the NumPy
+    reference (tests/test_depthwise.py's on TensorFlow), and ``TapDepthwiseConv2D`` with
+    the taps against ``keras.layers.DepthwiseConv2D`` of the same weights."""
+    from kctx.layers import TapDepthwiseConv2D
+    from kctx.ops import depthwise_conv_taps
+
+    x = rng.normal(size=shape).astype("float32")
+    w = rng.normal(size=kernel_size + shape[-1:]).astype("float32")
+    expected, _, _ = ref.depthwise_conv(x, w, strides, padding)
+    g = rng.normal(size=expected.shape).astype("float32")
+    expected_dx, expected_dw = ref.depthwise_conv_gradients(x, w, g, strides, padding)
+    y, d_x, d_w = (keras.ops.convert_to_numpy(a) for a in _input_and_kernel_gradients(
+        lambda x, w: depthwise_conv_taps(x, w[..., None], strides=strides, padding=padding),
+        x, w, g))
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_x, expected_dx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_w, expected_dw, rtol=1e-5, atol=1e-4)
+
+    options = dict(strides=strides, padding=padding, bias_initializer="random_normal")
+    reference = keras.layers.DepthwiseConv2D(kernel_size, **options)
+    layer = TapDepthwiseConv2D(kernel_size, taps=True, **options)
     reference.build(x.shape)
     layer.build(x.shape)
     layer.set_weights(reference.get_weights())
     np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(x)),
                                keras.ops.convert_to_numpy(reference(x)), rtol=1e-5, atol=1e-5)
-    if BACKEND == "jax":
-        import jax
-
-        assert layer._uses_taps(x)
-
-        grad_taps = jax.grad(lambda xx: keras.ops.sum(keras.ops.square(layer(xx))))(x)
-        grad_conv = jax.grad(lambda xx: keras.ops.sum(keras.ops.square(reference(xx))))(x)
-        np.testing.assert_allclose(np.asarray(grad_taps), np.asarray(grad_conv),
-                                   rtol=1e-4, atol=1e-4)
 
 
-def test_tap_depthwise_convolution_takes_the_taps_for_strips_only():
-    """By default only the strip kernels (a side of 1) take the taps; the square ones stay
-    the backend's convolution (faster on an H200 at batch 16)."""
+@pytest.mark.parametrize("kind,expected", [("taps", (1152, 3456)), ("dense", (6912, 20736))])
+def test_profile_counts_strided_and_grouped_convolutions_as_tensorflow(kind, expected):
+    """``profile_layer``'s MACs of a strided convolution's training step on this backend are
+    TensorFlow's (tests/test_depthwise.py): ``TapDepthwiseConv2D`` with the taps counted
+    as its convolution, the input gradient's transposed convolution without the zeros
+    between its inputs (JAX), a grouped kernel gradient counted once a group (PyTorch)."""
+    from kctx.layers import TapDepthwiseConv2D
+
+    options = dict(strides=2, padding="same", use_bias=False)
+    layer = (TapDepthwiseConv2D(3, taps=True, **options) if kind == "taps" else
+             keras.layers.Conv2D(6, 3, **options))
+    result = profile_layer(layer, (2, 8, 8, 4), repeats=1, warmup=0, isolate=False)
+    assert (result["macs"], result["train_macs"]) == expected
+
+
+def test_tap_depthwise_convolution_takes_the_taps_where_measured_faster():
+    """With ``taps=None``: on JAX's CPUs every configuration (``TAP_KERNELS["cpu"]``,
+    "all"), on GPUs the strips at stride 1 ("strips", here on the CPU through the class's
+    table); on PyTorch none. ``taps=True`` / ``False`` decide on every backend."""
     from kctx.layers import TapDepthwiseConv2D
 
     x = np.zeros((1, 8, 8, 3), "float32")
+    configs = [((1, 7), 1), ((7, 1), 1), ((5, 5), 1), ((3, 7), 1), ((1, 7), 2), ((3, 3), 2)]
     uses = {}
-    for kernel_size in ((1, 7), (7, 1), (5, 5), (3, 7)):
-        layer = TapDepthwiseConv2D(kernel_size, padding="same")
-        layer.TAP_PLATFORMS = ("gpu", "cpu")
-        layer.build(x.shape)
-        uses[kernel_size] = layer._uses_taps(x)
+    for kernels in ("all", "strips"):
+        for kernel_size, strides in configs:
+            layer = TapDepthwiseConv2D(kernel_size, strides=strides, padding="same")
+            layer.TAP_KERNELS = {"cpu": kernels}
+            uses[kernels, kernel_size, strides] = layer._uses_taps(x)
     jax_backend = BACKEND == "jax"
-    assert uses == {(1, 7): jax_backend, (7, 1): jax_backend, (5, 5): False, (3, 7): False}
+    assert uses == {**{("all", k, s): jax_backend for k, s in configs},
+                    **{("strips", k, s): jax_backend and s == 1 and 1 in k
+                       for k, s in configs}}
+    assert TapDepthwiseConv2D.TAP_KERNELS == {"cpu": "all", "gpu": "strips"}
+    assert TapDepthwiseConv2D(3, taps=True)._uses_taps(x)
+    assert not TapDepthwiseConv2D((1, 7), taps=False)._uses_taps(x)
 
 
 @pytest.mark.parametrize("size", [(24, 40), (5, 3)])  # up (SegNeXt's logits), down

@@ -332,3 +332,38 @@ def causal_linear_attention(Q, K, V, eps=1e-6):
         denominator = sum(phi(Q[t]) @ phi(K[j]) for j in range(t + 1))
         out[t] = numerator / (denominator + eps)
     return out
+
+
+def depthwise_conv(x, w, strides, padding):
+    """TensorFlow's depthwise convolution, output by output: (B, H, W, C) and (kh, kw, C)
+    → (B, H', W', C), y[b, i, j, c] = Σ_{u,v} x̄[b, s·i + u, t·j + v, c] w[u, v, c], where
+    "same" zero-pads x by max((⌈H/s⌉ − 1)·s + kh − H, 0) rows, the odd one at the bottom.
+    Returns (y, x̄, (top, left))."""
+    (s, t), (kh, kw) = strides, w.shape[:2]
+    b, h, wd, c = x.shape
+    if padding == "same":
+        ho, wo = -(-h // s), -(-wd // t)
+        ph, pw = max((ho - 1) * s + kh - h, 0), max((wo - 1) * t + kw - wd, 0)
+    else:
+        ho, wo, ph, pw = (h - kh) // s + 1, (wd - kw) // t + 1, 0, 0
+    xp = np.zeros((b, h + ph, wd + pw, c))
+    xp[:, ph // 2:ph // 2 + h, pw // 2:pw // 2 + wd] = x
+    y = np.zeros((b, ho, wo, c))
+    for i in range(ho):
+        for j in range(wo):
+            patch = xp[:, s * i:s * i + kh, t * j:t * j + kw]  # (B, kh, kw, C)
+            y[:, i, j] = np.einsum("buvc,uvc->bc", patch, w)
+    return y, xp, (ph // 2, pw // 2)
+
+
+def depthwise_conv_gradients(x, w, g, strides, padding):
+    """∂/∂x and ∂/∂w of Σ y·g for :func:`depthwise_conv`, output by output."""
+    (s, t), (kh, kw) = strides, w.shape[:2]
+    y, xp, (top, left) = depthwise_conv(x, w, strides, padding)
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w, dtype=np.float64)
+    for i in range(y.shape[1]):
+        for j in range(y.shape[2]):
+            dxp[:, s * i:s * i + kh, t * j:t * j + kw] += g[:, i, j, None, None, :] * w
+            dw += np.einsum("buvc,bc->uvc", xp[:, s * i:s * i + kh, t * j:t * j + kw],
+                            g[:, i, j])
+    return dxp[:, top:top + x.shape[1], left:left + x.shape[2]], dw

@@ -143,6 +143,8 @@ def test_profile_on_another_backend_needs_a_fresh_process():
     (["runtimes", "--batches", "0"], "--batches: must be a positive integer"),
     (["runtimes", "--runtimes", "tensorrt"], "--runtimes: invalid choice: 'tensorrt'"),
     (["runtimes", "--models", "resnet"], "--models: invalid choice: 'resnet'"),
+    (["depthwise", "--configs", "msca_3x3"], "--configs: invalid choice: 'msca_3x3'"),
+    (["depthwise", "--repeats", "0"], "--repeats: must be a positive integer"),
 ])
 def test_bench_arguments_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
     from kctx.bench.__main__ import main
@@ -218,6 +220,22 @@ def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path, capsys):
     # NL: the two N×N products with C/2-wide embeddings dominate.
     assert rows["NL"]["macs"] >= 2 * n * n * (c // 2)
     assert "goal" not in output  # no 128² row in this run
+
+
+def test_depthwise_bench_profiles_both_forms_of_each_configuration():
+    """``kctx.bench depthwise``'s rows (here in this process, on TensorFlow): the
+    convolution and the taps of each configuration, the same MACs, and the table's ratio."""
+    from kctx.bench.depthwise import format_table, run_depthwise
+
+    rows = run_depthwise(names=("kanet_3x3_stride2",), repeats=1, isolate=False,
+                         log=lambda *_: None)
+    assert [(row["config"], row["form"], row["layer"]) for row in rows] == [
+        ("kanet_3x3_stride2", "convolution", "DepthwiseConv2D"),
+        ("kanet_3x3_stride2", "taps", "TapDepthwiseConv2D")]
+    assert rows[0]["macs"] == rows[1]["macs"] == 64 * 16 * 16 * 96 * 9
+    assert rows[0]["backend"] == "tensorflow" and "xla_train_temp_mb" not in rows[0]
+    table = format_table(rows)
+    assert "kanet_3x3_stride2" in table and "TensorFlow CPU-allocator peak" in table
 
 
 def test_runtime_latency_runs_every_runtime_in_a_fresh_process():

@@ -17,6 +17,11 @@ BENCHMARKS = {
         "kctx.bench.non_local",
         "Poly-NL paper, Fig. 2: time and memory of CONV, NL, E-NL, L-GNN, Poly-NL, Ham, KAO",
     ),
+    "depthwise": (
+        "kctx.bench.depthwise",
+        "Depthwise convolutions (the KANets', MSCAN's) as the backend's convolution and as "
+        "a sum of taps: time and memory of a call and of a training step",
+    ),
     "sf-approx": (
         "kctx.bench.sf_approx",
         "Sparse factorization, Table 1 / Fig. 4: TSVD vs SF errors on offline real matrices",

@@ -369,7 +369,7 @@ def segnext_cells(variant, dtype="float32", batches=(1, 16), size=512, num_class
     if square_taps:
         from kctx.layers import TapDepthwiseConv2D
 
-        TapDepthwiseConv2D.SQUARE_TAPS = True
+        TapDepthwiseConv2D.TAP_KERNELS = {**TapDepthwiseConv2D.TAP_KERNELS, "gpu": "all"}
     if matrix_resize:  # jax.image.resize's interpolation matrices, as before lease 4
         from kctx.ops import resize
 
@@ -433,7 +433,7 @@ def _use_backend_depthwise():
     convolution on JAX too (``--backend-depthwise``: how kctx ran before the taps)."""
     from kctx.layers import TapDepthwiseConv2D
 
-    TapDepthwiseConv2D._uses_taps = lambda self, inputs: False
+    TapDepthwiseConv2D.TAP_KERNELS = {}
 
 
 def timed_cell(runner, call, batch, repeats, warmup):
@@ -687,7 +687,7 @@ def add_arguments(parser):
     parser.add_argument("--square-taps", action="store_true",
                         help="with --cell on JAX: the square depthwise kernels (5×5, 3×3) as "
                              "kctx's sum of taps too, not XLA's convolution "
-                             "(TapDepthwiseConv2D.SQUARE_TAPS; how lease 3 ran)")
+                             "(TapDepthwiseConv2D.TAP_KERNELS' \"all\"; how lease 3 ran)")
     parser.add_argument("--inference-function", nargs="?", const="compiled",
                         choices=("compiled", "exported"),
                         help="with --cell: the call through kctx.export.inference_function: "

@@ -11,7 +11,7 @@ from kctx.layers.context_block import (
 from kctx.layers.attention import Attention2D
 from kctx.layers.causal_hamburger import CausalHamburger
 from kctx.layers.causal_mixers import CausalConv1D, CausalLinearAttention, CausalSelfAttention
-from kctx.layers.depthwise import TapDepthwiseConv2D
+from kctx.layers.depthwise import TapDepthwiseConv2D, as_convolutions
 from kctx.layers.efficient_non_local import EfficientNonLocal2D
 from kctx.layers.hamburger import OFFICIAL_VARIANTS, Hamburger, set_hamburger_eval_steps
 from kctx.layers.kanet_modules import AttnModule, AttnSkipModule, BaseModule, BaseSkipModule
@@ -52,6 +52,7 @@ __all__ = [
     "ResizeToMatch",
     "SelfAttention2D",
     "TapDepthwiseConv2D",
+    "as_convolutions",
     "check_context_block",
     "context_block",
     "context_block_names",

@@ -2,6 +2,8 @@
 
 import keras
 
+from kctx.layers.depthwise import TapDepthwiseConv2D
+
 from kctx.validation import check_choice, check_image_input, check_positive_int
 from kctx.layers.attention import Attention2D
 from kctx.layers.kronecker_attention import KroneckerAttention2D
@@ -72,7 +74,7 @@ class _KANetModule(keras.layers.Layer):
             self.expand_norm = self._norm("expand_norm")
         depthwise_channels = channels if self.expand is None else (
             self._expanded + (channels if self._concat_input else 0))
-        self.depthwise = keras.layers.DepthwiseConv2D(3, strides=self.strides, padding="same",
+        self.depthwise = TapDepthwiseConv2D(3, strides=self.strides, padding="same",
                                                       use_bias=False, name="depthwise",
                                                       dtype=self.dtype_policy)
         self.depthwise_norm = self._norm("depthwise_norm")

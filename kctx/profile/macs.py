@@ -17,6 +17,8 @@ import warnings
 
 import keras
 
+from kctx.layers.depthwise import as_convolutions
+
 
 def _dims(tensor):
     shape = tensor.shape
@@ -216,12 +218,18 @@ def count_macs(function, *input_specs, by_op=None):
     On the TensorFlow backend the function is traced by ``tf.function``
     (:func:`count_graph_macs`); on JAX by ``jax.make_jaxpr``, on float32 zeros of
     the given shapes (:func:`count_jaxpr_macs`); on PyTorch it runs once on
-    those zeros (:func:`count_torch_macs`).
+    those zeros (:func:`count_torch_macs`). ``TapDepthwiseConv2D`` layers are traced as
+    their convolution (``kctx.layers.depthwise.as_convolutions``), whose MACs these count.
 
     Examples:
         >>> count_macs(lambda x: keras.ops.matmul(x, x), (64, 64))
         262144
     """
+    with as_convolutions():
+        return _traced_macs(function, input_specs, by_op)
+
+
+def _traced_macs(function, input_specs, by_op):
     backend = keras.backend.backend()
     if backend in ("jax", "torch"):
         import numpy as np
@@ -254,11 +262,18 @@ def _dot_general(equation):
 
 def _conv_general_dilated(equation):
     # Output elements × (kernel spatial × input channels per group); the kernel's
-    # layout is rhs_spec = (out features, in features per group, spatial...).
-    rhs_spec = equation.params["dimension_numbers"].rhs_spec
+    # layout is rhs_spec = (out features, in features per group, spatial...). A transposed
+    # convolution (an input dilated by a strided convolution's gradient) counts its
+    # products with the input's elements, not with the zeros between them: input elements
+    # × kernel spatial × output features per group, as TensorFlow's Conv2DBackpropInput.
+    params = equation.params
+    rhs_spec = params["dimension_numbers"].rhs_spec
     kernel = equation.invars[1].aval.shape
-    per_output = kernel[rhs_spec[1]] * _prod(kernel[d] for d in rhs_spec[2:])
-    return _prod(equation.outvars[0].aval.shape) * per_output
+    spatial = _prod(kernel[d] for d in rhs_spec[2:])
+    if any(d > 1 for d in params.get("lhs_dilation") or ()):
+        groups = params["feature_group_count"] * params["batch_group_count"]
+        return _prod(equation.invars[0].aval.shape) * spatial * kernel[rhs_spec[0]] // groups
+    return _prod(equation.outvars[0].aval.shape) * kernel[rhs_spec[1]] * spatial
 
 
 JAX_MAC_RULES = {"dot_general": _dot_general, "conv_general_dilated": _conv_general_dilated}
@@ -307,6 +322,24 @@ def count_jaxpr_macs(jaxpr, by_op=None):
     return total
 
 
+def _torch_flop_counter():
+    """``torch.utils.flop_counter.FlopCounterMode`` (not displayed) whose convolutions'
+    gradients count what the forward convolution counts, each: PyTorch's own formula
+    counts a grouped convolution's kernel gradient as if its groups were one (a
+    depthwise kernel's C× too many), where TensorFlow's and JAX's counts do not."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
+
+    def convolution_backward(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding,
+                             _dilation, transposed, _output_padding, _groups, output_mask,
+                             out_shape=None, **kwargs):
+        forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed)
+        return forward * (bool(output_mask[0]) + bool(output_mask[1]))
+
+    return FlopCounterMode(display=False, custom_mapping={
+        torch.ops.aten.convolution_backward: convolution_backward})
+
+
 def count_torch_macs(function, *arrays, by_op=None):
     """MACs of ``function`` run once on ``arrays`` on the PyTorch backend: its matrix
     products and convolutions (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution``,
@@ -323,10 +356,9 @@ def count_torch_macs(function, *arrays, by_op=None):
         262144 on every backend).
     """
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     tensors = [keras.ops.convert_to_tensor(array) for array in arrays]
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), _torch_flop_counter() as counter:
         function(*tensors)
     if by_op is not None:
         for op, flops in counter.get_flop_counts().get("Global", {}).items():
