@@ -45,12 +45,12 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     CPU, forward and both gradients of each of MSCAN's and the KANets' depthwise
     convolutions run several times faster as taps (``python -m kctx.bench depthwise``): the
     digits KANet's JAX training step took 718 instead of 2,570 ms, SegNeXt-T's call at 512²
-    382 instead of 2,360 ms (docs/workflows/backends.md). On
-    an H200 cuDNN's ``conv2d_grouped_direct_kernel`` took 16.8 of SegNeXt-T's 33.6 busy
-    milliseconds at batch 16 (``jax_profile``), and with MSCAN's strips (1×k, k×1) as taps
-    the network ran in 23.1 instead of 35.8 ms (``results/gpu_h200/lease3``); its square
-    kernels (MSCA's 5×5, the MLP's 3×3) stay XLA's convolution there: as taps they cost
-    SegNeXt-T 20.0 against 13.4 ms (``results/gpu_h200/lease4``). Which configurations take
+    382 instead of 2,360 ms (docs/workflows/backends.md). On an H200, cuDNN's
+    ``conv2d_grouped_direct_kernel`` took 16.8 of SegNeXt-T's 33.6 busy milliseconds at
+    batch 16 (``jax_profile``), and with MSCAN's strips (1×k, k×1) as taps the network ran
+    in 23.1 instead of 35.8 ms (``results/gpu_h200/lease3``); its square kernels (MSCA's
+    5×5, the MLP's 3×3) stay XLA's convolution there: as taps they cost SegNeXt-T 20.0
+    against 13.4 ms (``results/gpu_h200/lease4``). Which configurations take
     the taps on each JAX platform is ``TAP_KERNELS``; TPUs (unmeasured) and the other
     backends (TensorFlow's oneDNN kernels and PyTorch's depthwise ones are fast) keep their
     own convolution unless ``taps=True``. The outputs agree with the convolution to float

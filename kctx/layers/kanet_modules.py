@@ -2,10 +2,9 @@
 
 import keras
 
-from kctx.layers.depthwise import TapDepthwiseConv2D
-
 from kctx.validation import check_choice, check_image_input, check_positive_int
 from kctx.layers.attention import Attention2D
+from kctx.layers.depthwise import TapDepthwiseConv2D
 from kctx.layers.kronecker_attention import KroneckerAttention2D
 
 ATTENTIONS = ("kv", "qkv", "attn", "attn_pool")
@@ -75,8 +74,8 @@ class _KANetModule(keras.layers.Layer):
         depthwise_channels = channels if self.expand is None else (
             self._expanded + (channels if self._concat_input else 0))
         self.depthwise = TapDepthwiseConv2D(3, strides=self.strides, padding="same",
-                                                      use_bias=False, name="depthwise",
-                                                      dtype=self.dtype_policy)
+                                            use_bias=False, name="depthwise",
+                                            dtype=self.dtype_policy)
         self.depthwise_norm = self._norm("depthwise_norm")
         self.attention_layer = self.pool = None
         if self._attention_path:
