@@ -12,20 +12,15 @@ def _padding(size, kernel, stride, padding):
     return total // 2, total - total // 2, outputs
 
 
-def _window(padded, u, v, height, width, s, t):
-    """x̄[:, s·i + u, t·j + v, :] for i < height, j < width (u, v static ints)."""
-    return padded[:, u:u + (height - 1) * s + 1:s, v:v + (width - 1) * t + 1:t, :]
-
-
 def _sum_of_taps(padded, w, rows, columns, s, t):
-    """Σ_{u,v} x̄[:, s·i + u, t·j + v, :] · w[u, v, :] for i < rows, j < columns: the taps'
-    forward pass on an already padded x̄ (B, H̄, W̄, C) and a (kh, kw, C) kernel, differentiated
-    by the backend (:func:`depthwise_conv_taps` writes its gradients out)."""
+    """Σ_{u,v} x̄[:, s·i + u, t·j + v, :] · w[u, v, :] for i < rows, j < columns, on an
+    already padded x̄ (B, H̄, W̄, C) and a (kh, kw, C) kernel: :func:`depthwise_conv_taps`'s
+    forward pass, and its input gradient's phases."""
     y = None
     for u in range(w.shape[0]):
         for v in range(w.shape[1]):
-            term = _window(padded, u, v, rows, columns, s, t) * w[u, v]
-            y = term if y is None else y + term
+            window = padded[:, u:u + (rows - 1) * s + 1:s, v:v + (columns - 1) * t + 1:t, :]
+            y = window * w[u, v] if y is None else y + window * w[u, v]
     return y
 
 
@@ -46,8 +41,8 @@ def depthwise_conv_taps(x, kernel, bias=None, strides=(1, 1), padding="same"):
     spread by the strides and the flipped kernel, cropped to x; and ∂w[u, v, c] =
     Σ_{b,i,j} x̄[b, s·i + u, t·j + v, c] · g[b, i, j, c], one tap per round of a loop. As
     kh·kw reductions side by side, which automatic differentiation of the sum gives, XLA on
-    a CPU held a shifted copy of x̄ for nearly every tap (3–11× the temporary memory) and
-    took up to 1.9× the time (``tools/depthwise_gradient_forms.py``).
+    a CPU held a shifted copy of x̄ for nearly every tap (1.7–11× the temporary memory) and
+    took up to 1.8× the time (``tools/depthwise_gradient_forms.py``).
 
     Args:
         x: (B, H, W, C).
