@@ -325,12 +325,13 @@ def _profile_here(spec, input_shape, modes, repeats, train_repeats, warmup, jit_
         from kctx.layers.depthwise import TapDepthwiseConv2D, as_convolutions
         from kctx.profile.macs import count_graph_macs
 
-        counted = step
         if any(isinstance(inner, TapDepthwiseConv2D) for inner in layer._flatten_layers()):
             with as_convolutions():  # counted as their convolutions, timed as they run
-                counted = train_step_function(layer, jit_compile)
-                counted.get_concrete_function(*step_spec)
-        result["train_macs"] = count_graph_macs(counted.get_concrete_function(*step_spec).graph)
+                graph = train_step_function(layer, jit_compile).get_concrete_function(
+                    *step_spec).graph
+        else:
+            graph = step.get_concrete_function(*step_spec).graph
+        result["train_macs"] = count_graph_macs(graph)
         step(x, cotangent)
         result["train_mem_mb"], result["memory_source"] = measure_peak_memory(step, x, cotangent)
         result["train_ms"], result["train_ms_min"] = measure_latency(
