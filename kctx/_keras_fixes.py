@@ -1,16 +1,23 @@
-"""A fix of Keras' own that its releases do not carry yet, applied when ``kctx`` is imported.
+"""Fixes of Keras' own that its releases do not carry yet, applied when ``kctx`` is imported.
 
-**Keras' tree functions on PyTorch keep their arguments alive** (keras-team/keras#23110,
-fixed on Keras' main branch by #23111; Keras 3.15.1 still has it). On the PyTorch backend
-``keras.tree`` is ``keras.src.tree.torchtree_impl``, whose ``_dict_to_ordered_dict`` (run by
-``flatten``, ``pack_sequence_as`` and ``traverse``) and ``traverse`` call
-``torch.utils._pytree.tree_flatten(structure, is_leaf=lambda x: x is not structure)``.
-``tree_flatten``'s recursive ``helper`` closes over itself and over that ``is_leaf``, and the
-lambda closes over ``structure``: a reference cycle, so the structure and every tensor in
-it (with its autograd graph) outlive the call until Python's cyclic collector runs. Every
-Keras operation given a list of tensors (``ops.stack``, ``ops.concatenate``) and every
-layer call flattens its arguments this way; the cycles that reach the collector's oldest
-generation wait for a full collection, which a process of a million objects makes seldom.
+Both are on the PyTorch backend and both are on Keras' main branch; :func:`apply` makes each
+only where a check finds the released behaviour, so a Keras release with the fix is left as
+it is, and so are the other backends. ``KCTX_NO_KERAS_FIXES=1`` in the environment leaves
+Keras as it is (to measure it, or should a fix ever be wrong for a Keras release);
+``KCTX_NO_KERAS_FIXES=conv`` (or ``tree``) leaves that one alone.
+
+**Keras' tree functions on PyTorch keep their arguments alive** (``tree``;
+keras-team/keras#23110, fixed on Keras' main branch by #23111; Keras 3.15.1 still has it).
+On the PyTorch backend ``keras.tree`` is ``keras.src.tree.torchtree_impl``, whose
+``_dict_to_ordered_dict`` (run by ``flatten``, ``pack_sequence_as`` and ``traverse``) and
+``traverse`` call ``torch.utils._pytree.tree_flatten(structure, is_leaf=lambda x: x is not
+structure)``. ``tree_flatten``'s recursive ``helper`` closes over itself and over that
+``is_leaf``, and the lambda closes over ``structure``: a reference cycle, so the structure
+and every tensor in it (with its autograd graph) outlive the call until Python's cyclic
+collector runs. Every Keras operation given a list of tensors (``ops.stack``,
+``ops.concatenate``) and every layer call flattens its arguments this way; the cycles that
+reach the collector's oldest generation wait for a full collection, which a process of a
+million objects makes seldom.
 
 What it cost: ``python -m language.train`` on PyTorch (the causal Hamburger's prefix sums
 stack 63 slices of 2 MB a call) grew to the machine's 24 GB and was killed at about step 17.
@@ -18,14 +25,26 @@ stack 63 slices of 2 MB a call) grew to the machine's 24 GB and was killed at ab
 one-step gradient's rounds were still recorded, Keras as released held 5.0 GB after the
 first step and 10.9 GB after the sixth (14.9 GB at the peak), with this fix 1.6–1.7 GB
 (``results/torch_host_memory_rounds_recorded.json``); with the rounds unrecorded, 1.8 →
-2.2 GB against 1.5–1.6 GB (``results/torch_host_memory.json``).
+2.2 GB against 1.5–1.6 GB (``results/torch_host_memory.json``). The fix replaces the two
+functions with versions whose ``is_leaf`` holds the structure's ``id`` instead of the
+structure (as Keras' main branch does), where :func:`tree_keeps_structures_alive` finds the
+cycle. (The other backends' ``keras.tree`` is optree's C++ traversal, which makes no cycle.)
 
-:func:`apply` replaces the two functions with versions whose ``is_leaf`` holds the
-structure's ``id`` instead of the structure (as Keras' main branch does), only where the
-backend is PyTorch and :func:`tree_keeps_structures_alive` finds the cycle: a Keras release
-without it is left as it is, and so are the other backends (their ``keras.tree`` is optree's
-C++ traversal, which makes no cycle). ``KCTX_NO_KERAS_FIXES=1`` in the environment leaves
-Keras as it is (to measure it, or should the fix ever be wrong for a Keras release).
+**Keras' PyTorch convolution copies its input twice** (``conv``; keras-team/keras#23279,
+fixed on Keras' main branch by #23199; Keras 3.15.1 still has it). Given a channels-last
+(B, H, W, C) input (Keras' default), ``keras.src.backend.torch.nn.conv`` computes
+``x.permute(0, 3, 1, 2).contiguous()``, a copy into channels-first memory, and then
+``.contiguous(memory_format=torch.channels_last)``, a copy back, before ``conv2d``; the
+permuted view is channels-last memory already. Every convolution of every Keras model on
+PyTorch (depthwise and separable ones too) pays both copies, forward and backward. The fix
+gives Keras' own ``conv`` that view as its channels-first input, with the filter laid out as
+Keras' channels-last path lays it out, and permutes the output back: PyTorch runs the same
+convolution on the same memory. It is made where :func:`conv_input_copies` counts a copy.
+What it gives (``bash results/keras_conv_fix_cpu/run.sh``, Keras as released against fixed,
+each measurement a process of its own, 2 CPU cores): SegNeXt-T's eager call at 512×512
+587–595 → 343–383 ms, its training step (batch 2 of 128² crops) 365.5 → 334.1 ms (median of
+five runs each), the HamGAN's 128² training step 6.85–6.95 → 6.24–6.48 s
+(``docs/workflows/backends.md``).
 """
 
 import functools
@@ -35,7 +54,8 @@ import weakref
 
 import keras
 
-_APPLIED = []
+_APPLIED = []  # the fixes made (FIXES' names)
+_REPLACED = []  # the Keras functions they replaced
 
 
 class _Leaf:
@@ -122,19 +142,88 @@ def _patched(impl):
     return dict_to_ordered_dict, traverse
 
 
-def apply():
-    """Applies the fix where it is needed (see the module); returns the names of the Keras
-    functions replaced, ``[]`` where none was. Idempotent.
+def conv_input_copies():
+    """How many copies of a channels-last (B, H, W, C) input Keras' PyTorch convolution
+    makes before convolving it: the ATen copies of the input's size that
+    ``keras.src.backend.torch.nn.conv`` dispatches for a (1, 5, 6, 3) input, counted on
+    PyTorch's ``meta`` device (nothing is computed). 0 on the other backends.
 
     Example:
 
-    >>> from kctx import _keras_fixes as keras_fixes
-    >>> fixed = keras_fixes.apply()  # TensorFlow, JAX: []; PyTorch + Keras 3.15.1: the two
-    >>> keras_fixes.tree_keeps_structures_alive()
-    False
+    >>> conv_input_copies()  # after ``import kctx``, on every backend
+    0
     """
-    if _APPLIED or keras.backend.backend() != "torch" or os.environ.get("KCTX_NO_KERAS_FIXES"):
-        return list(_APPLIED)
+    if keras.backend.backend() != "torch":
+        return 0
+    import torch
+    from keras.src.backend.torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    copies = []
+
+    class CountCopies(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            outputs = func(*args, **(kwargs or {}))
+            if (func.overloadpacket in (aten.clone, aten.copy_, aten._to_copy)
+                    and isinstance(outputs, torch.Tensor) and outputs.numel() == 90):
+                copies.append(func)
+            return outputs
+
+    with keras.device("meta"):
+        inputs = torch.zeros(1, 5, 6, 3, device="meta")
+        kernel = torch.zeros(2, 2, 3, 4, device="meta")
+        with CountCopies():
+            nn.conv(inputs, kernel, data_format="channels_last")
+    return len(copies)
+
+
+def _conv_on_the_channels_first_view(conv):
+    """Keras' PyTorch ``conv``, given a channels-last input of 2 or 3 spatial axes as the
+    channels-first view of it (no copy: the view is channels-last memory, as PyTorch's
+    convolutions take it) and returning the channels-last view of its output; PyTorch
+    receives the same input and filter memory as from Keras' channels-last path."""
+    import torch
+    from keras.src.backend.config import standardize_data_format
+    from keras.src.backend.torch.core import convert_to_tensor
+
+    def fixed(inputs, kernel, strides=1, padding="valid", data_format=None, dilation_rate=1):
+        inputs = convert_to_tensor(inputs)
+        rank = inputs.ndim
+        if standardize_data_format(data_format) != "channels_last" or rank not in (4, 5):
+            return conv(inputs, kernel, strides, padding, data_format, dilation_rate)
+        # Keras' channels-last path gives PyTorch a channels-last filter too (one copy of the
+        # filter): the same copy, laid out so that Keras' (out, in, *spatial) view of the
+        # (*spatial, in, out) filter is channels-last memory.
+        kernel = torch.permute(
+            torch.permute(convert_to_tensor(kernel), (rank - 1, *range(rank - 1))).contiguous(),
+            (*range(1, rank), 0))
+        outputs = conv(torch.permute(inputs, (0, rank - 1, *range(1, rank - 1))), kernel,
+                       strides, padding, "channels_first", dilation_rate)
+        return torch.permute(outputs, (0, *range(2, rank), 1))
+
+    fixed.__wrapped__ = conv
+    return fixed
+
+
+FIXES = ("tree", "conv")
+
+
+def _left_alone():
+    """The fixes ``KCTX_NO_KERAS_FIXES`` names (``1``: all of them)."""
+    value = os.environ.get("KCTX_NO_KERAS_FIXES", "").strip()
+    if value in ("", "0"):
+        return set()
+    if value == "1":
+        return set(FIXES)
+    names = {name.strip() for name in value.split(",")}
+    if not names <= set(FIXES):
+        raise ValueError(f"KCTX_NO_KERAS_FIXES takes 1 or some of {', '.join(FIXES)} "
+                         f"(comma-separated). Received: KCTX_NO_KERAS_FIXES={value!r}")
+    return names
+
+
+def _apply_tree():
     from keras.src.tree import torchtree_impl as impl
 
     needed = ("torch_tree", "defaultdict", "_dict_to_ordered_dict", "traverse")
@@ -145,6 +234,44 @@ def apply():
         impl._dict_to_ordered_dict = impl._dict_to_ordered_dict.__wrapped__
         impl.traverse = impl.traverse.__wrapped__
         return []
-    _APPLIED.extend(["keras.src.tree.torchtree_impl._dict_to_ordered_dict",
-                     "keras.src.tree.torchtree_impl.traverse"])
-    return list(_APPLIED)
+    return ["keras.src.tree.torchtree_impl._dict_to_ordered_dict",
+            "keras.src.tree.torchtree_impl.traverse"]
+
+
+def _apply_conv():
+    from keras.src.backend.torch import nn
+
+    keras_conv = getattr(nn, "conv", None)
+    try:  # a Keras whose convolution the check cannot run is left as it is
+        if not callable(keras_conv) or not conv_input_copies():
+            return []
+        nn.conv = _conv_on_the_channels_first_view(keras_conv)
+        if not conv_input_copies():
+            return ["keras.src.backend.torch.nn.conv"]
+    except Exception:
+        pass
+    nn.conv = keras_conv  # (or copied elsewhere than in its channels-last path)
+    return []
+
+
+def apply():
+    """Applies the fixes where they are needed (see the module); returns the names of the
+    Keras functions replaced, ``[]`` where none was. Idempotent.
+
+    Example:
+
+    >>> from kctx import _keras_fixes as keras_fixes
+    >>> fixed = keras_fixes.apply()  # TensorFlow, JAX: []; PyTorch + Keras 3.15.1: three
+    >>> keras_fixes.tree_keeps_structures_alive(), keras_fixes.conv_input_copies()
+    (False, 0)
+    """
+    if keras.backend.backend() != "torch":
+        return []
+    left_alone = _left_alone()
+    for name, fix in (("tree", _apply_tree), ("conv", _apply_conv)):
+        if name not in left_alone and name not in _APPLIED:
+            replaced = fix()
+            if replaced:
+                _APPLIED.append(name)
+                _REPLACED.extend(replaced)
+    return list(_REPLACED)

@@ -701,15 +701,15 @@ def inference_function(model, compile=True, mode=None):
       computed once and kept as its constants, as on JAX: make the function again after
       the weights change. Then ``torch.compile`` (Inductor's fused kernels;
       ``mode="reduce-overhead"`` also replays them as CUDA graphs on a GPU); with
-      ``compile=False``, the graph as it is, without the two copies Keras makes of each
-      convolution's input and without the export's checks of each tensor's metadata.
+      ``compile=False``, the graph as it is, without the export's checks of each tensor's
+      metadata.
     - **TensorFlow:** ``tf.function`` with ``jit_compile=compile``; it reads the model's
       variables.
 
-    Measured for SegNeXt-T at 512×512, batch 1, on 2 AMD EPYC cores (``python -m
-    kctx.bench runtimes --models segnext_t --batches 1``, docs/shipping.md): on PyTorch
-    2.13, Keras' eager call 650 ms, the exported program 293 ms, compiled 251 ms (its
-    first call: 20–90 s of compiling).
+    Measured for SegNeXt-T at 512×512, batch 1, on 2 AMD EPYC cores (``bash
+    results/segnext_torch_cpu/run.sh``, docs/shipping.md): on PyTorch 2.13, Keras' eager
+    call 344 ms, the exported program 264 ms, compiled 231 ms (its first call: 20–90 s of
+    compiling); the official mmseg model 444 ms in the same run.
 
     Args:
         model: a built ``keras.Model`` (or layer).
@@ -812,7 +812,6 @@ def _torch_program(model, inputs, compile, mode, weights):
 
     program = _torch_exported(model, inputs)
     if not compile:
-        _drop_layout_copies(program)
         _drop_metadata_checks(program)
     _fold_weights(program)
     return torch.compile(program, mode=mode) if compile else program
@@ -853,9 +852,11 @@ def _fold_weights(program):
     graph's 1,067 kernels (:func:`kctx.bench.standalone.torch_census`). The same operations
     run once here, so the outputs stay bit for bit the same; the weights become a snapshot,
     as on JAX. Random draws are not folded. SegNeXt-T at batch 1 on 2 CPU cores
-    (``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 64]``): the
-    exported program 47.7 → 34.8 ms at 64×64 and 263 → 231 ms at 512×512; compiled by
-    ``torch.compile``, 421 → 394 kernels, and times within the machine's noise.
+    (``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 64 --repeats 20]``):
+    the exported program 50.7 → 41.9 ms at 64×64 and 280.9 → 281.3 ms at 512×512; compiled
+    by ``torch.compile``, 421 → 394 kernels and 22.9 → 13.2 ms at 64×64, 536.4 → 167.4 ms
+    at 512×512 (Inductor's program from the unfolded graph is slow since Keras' convolution
+    copies nothing: :mod:`kctx._keras_fixes`).
     """
     import torch
     from torch.fx.node import map_arg
@@ -901,40 +902,6 @@ def _fold_weights(program):
     program.graph.lint()
     program.recompile()
     return folded
-
-
-def _drop_layout_copies(program):
-    """Rewrite an exported Keras graph so that a convolution's channels-last input is not
-    copied twice (in place; returns how many inputs were rewritten).
-
-    Keras' PyTorch convolution turns its (B, H, W, C) input into
-    ``x.permute(0, 3, 1, 2).contiguous().contiguous(memory_format=torch.channels_last)``:
-    a copy to channels-first memory, then one back to channels-last. The permuted view of
-    a (B, H, W, C) tensor is channels-last already, so the second ``contiguous`` can read it
-    directly and neither copy is made: the same values, and SegNeXt-T's 177 convolutions
-    at 512×512 on 2 CPU cores 531 → 263 ms a call (``KERAS_BACKEND=torch python
-    tools/exported_rewrites_cpu.py``). Not for ``torch.compile``: Inductor lays out the
-    copies itself, and its program from the rewritten graph was slower (462 against 305 ms;
-    539 against 244 ms in another run).
-    """
-    import torch
-
-    contiguous = torch.ops.aten.contiguous.default
-    rewritten = 0
-    for node in list(program.graph.nodes):
-        source = node.args[0] if node.args else None
-        if (node.target is contiguous
-                and node.kwargs.get("memory_format") is torch.channels_last
-                and getattr(source, "target", None) is contiguous
-                and source.kwargs.get("memory_format", torch.contiguous_format)
-                is torch.contiguous_format):
-            node.args = (source.args[0], *node.args[1:])
-            if not source.users:
-                program.graph.erase_node(source)
-            rewritten += 1
-    program.graph.lint()
-    program.recompile()
-    return rewritten
 
 
 def _tensorflow_program(model, inputs, compile, mode, weights):

@@ -1,18 +1,18 @@
-"""``inference_function``'s rewrites of the exported graph on PyTorch, measured with and
-without, as exported and compiled by ``torch.compile``: Keras' two copies of each
-convolution's input skipped (``kctx.export._drop_layout_copies``), what the graph computes
-from the weights alone computed once (``kctx.export._fold_weights``) and the export's
-checks of each tensor's metadata removed (``kctx.export._drop_metadata_checks``).
+"""``inference_function``'s forms of the exported graph on PyTorch, measured with and
+without each step, as exported and compiled by ``torch.compile``: Keras' convolution as
+released (which copies each convolution's input twice) or with ``kctx._keras_fixes``' fix
+(``KCTX_NO_KERAS_FIXES=conv`` in the measuring process gives the former), what the graph
+computes from the weights alone computed once (``kctx.export._fold_weights``) and the
+export's checks of each tensor's metadata removed (``kctx.export._drop_metadata_checks``).
 
 ``KERAS_BACKEND=torch python tools/exported_rewrites_cpu.py [--size 512] [--repeats 10]
 [--json F]`` prints, for SegNeXt-T at batch 1, each form's median ms per call (each in a
-fresh process: Inductor keeps its caches per process), the kernels its call launches
-(``kctx.bench.standalone.torch_census`` of the exported program, ``inductor_census`` of the
-compiled one's code) and the largest relative difference from Keras' eager call. Why
-``inference_function`` folds the weights into both programs and drops the layout copies
-and the checks only from the one it does not compile (Inductor's program from the graph
-without the copies was slower; Inductor drops the checks itself).
-Committed runs: ``results/exported_rewrites_cpu.json`` (512×512) and
+fresh process: Inductor keeps its caches per process, and Keras' convolution is chosen at
+import), the kernels its call launches (``kctx.bench.standalone.torch_census`` of the
+exported program, ``inductor_census`` of the compiled one's code) and the largest relative
+difference from Keras' eager call. Why ``inference_function`` folds the weights into both
+programs and drops the checks only from the one it does not compile (Inductor drops them
+itself). Committed runs: ``results/exported_rewrites_cpu.json`` (512×512) and
 ``results/exported_rewrites_cpu_64.json`` (``--size 64 --repeats 20``).
 """
 
@@ -23,25 +23,23 @@ import subprocess
 import sys
 import time
 
-# (drop the layout copies, fold the weights, drop the checks, compile): the forms measured.
+# (Keras' convolution fixed, fold the weights, drop the checks, compile): the forms measured.
 FORMS = ((False, False, False, False), (True, False, False, False), (True, True, False, False),
          (True, True, True, False),
-         (False, False, False, True), (True, False, False, True), (False, True, False, True))
+         (False, False, False, True), (True, False, False, True), (True, True, False, True))
 
 
-def measure(size, repeats, rewrite, fold, checks, compile):
+def measure(size, repeats, conv_fixed, fold, checks, compile):
     import keras
     import numpy as np
     import torch
 
+    from kctx import _keras_fixes
     from kctx.bench.standalone import inductor_census, torch_census
-    from kctx.export import (
-        _drop_layout_copies,
-        _drop_metadata_checks,
-        _fold_weights,
-        _torch_exported,
-    )
+    from kctx.export import _drop_metadata_checks, _fold_weights, _torch_exported
     from kctx.models import segnext
+
+    assert (_keras_fixes.conv_input_copies() == 0) == conv_fixed
 
     model = segnext("t", num_classes=150, input_shape=(size, size, 3))
     x = keras.ops.convert_to_tensor(np.random.default_rng(0).uniform(
@@ -49,7 +47,6 @@ def measure(size, repeats, rewrite, fold, checks, compile):
 
     with torch.no_grad():
         program = _torch_exported(model, x)
-        rewritten = _drop_layout_copies(program) if rewrite else 0
         folded = _fold_weights(program) if fold else 0
         removed = _drop_metadata_checks(program) if checks else 0
         start = time.perf_counter()
@@ -73,8 +70,8 @@ def measure(size, repeats, rewrite, fold, checks, compile):
             start = time.perf_counter()
             program(x)
             times.append((time.perf_counter() - start) * 1e3)
-    return {"rewrite": rewrite, "fold": fold, "checks": checks, "compile": compile,
-            "rewritten": rewritten, "folded": folded, "checks_removed": removed,
+    return {"conv_fixed": conv_fixed, "fold": fold, "checks": checks, "compile": compile,
+            "folded": folded, "checks_removed": removed,
             "kernels": census["kernels"],
             "median_ms": round(sorted(times)[len(times) // 2], 1), "min_ms": round(min(times), 1),
             "first_call_s": round(first_s, 1), "relative_error": error}
@@ -96,17 +93,20 @@ def main():
         completed = subprocess.run(
             [sys.executable, __file__, "--size", str(args.size), "--repeats",
              str(args.repeats), "--form", *("1" if flag else "0" for flag in form)],
-            capture_output=True, text=True, env=dict(os.environ, KERAS_BACKEND="torch"))
+            capture_output=True, text=True,
+            env=dict(os.environ, KERAS_BACKEND="torch",
+                     KCTX_NO_KERAS_FIXES="0" if form[0] else "conv"))
         line = [x for x in completed.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise SystemExit(completed.stderr[-3000:])
         row = json.loads(line[0][len("RESULT "):])
         rows.append(row)
-        rewrites = [f"{row['rewritten']} layout copies dropped"] * row["rewrite"] + [
+        rewrites = ["Keras' convolution fixed" if row["conv_fixed"] else
+                    "Keras' convolution as released"] + [
             f"{row['folded']} values folded"] * row["fold"] + [
             f"{row['checks_removed']} checks removed"] * row["checks"]
         print(f"{'compiled' if row['compile'] else 'exported'}, "
-              f"{', '.join(rewrites) or 'as exported'}: {row['median_ms']} ms "
+              f"{', '.join(rewrites)}: {row['median_ms']} ms "
               f"(min {row['min_ms']}), {row['kernels']} kernels, first call "
               f"{row['first_call_s']} s, error {row['relative_error']:.1e}")
     if args.json:

@@ -10,11 +10,12 @@
 #   3. kctx on PyTorch through kctx.export.inference_function: the exported program compiled
 #      by torch.compile (Inductor), timed as it is and replayed as a CUDA graph, profiled,
 #      at batch 1 (batch 16 after step 6: each shape is another Inductor compile); then the
-#      exported program as it is, without Keras' two copies of each convolution's input
-#      (kctx.export._drop_layout_copies) and with what it computes from the weights alone
-#      folded in (kctx.export._fold_weights), at batch 1 and 16, also as a CUDA graph
-#      (on 2 CPU cores it took SegNeXt-T at 512x512 from 666 ms in Keras' eager call to
-#      246 ms: python -m kctx.bench runtimes --models segnext_t --batches 1). Every
+#      exported program as it is (Keras' convolutions without their two copies of each
+#      input since import kctx fixes them, kctx._keras_fixes) and with what it computes
+#      from the weights alone folded in (kctx.export._fold_weights), at batch 1 and 16,
+#      also as a CUDA graph (on 2 CPU cores, SegNeXt-T at 512x512: Keras' eager call
+#      344 ms, the exported program 264 ms, compiled 231 ms, the official model 444 ms:
+#      bash results/segnext_torch_cpu/run.sh). Every
 #      PyTorch cell, the official model's too, records the kernels of its call
 #      (torch_census; inductor_census of the compiled program's code);
 #   4. kctx with XLA's command buffers (CUDA graphs) for every kind of command, from one
