@@ -209,7 +209,8 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                                                             "16": cell(11.0, 10.5)},
                                             "profiles": {"1": {"gpu_busy_ms": 1.0,
                                                                "kernels_per_call": 200.0}}},
-                          "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}}},
+                          "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}},
+                          "torch_eager_released": {"cells": {"1": cell(110.0, 100.0)}}},
         "train_steps.json": {"train_gathered": {"step_ms": 120.5},
                              "train_matrix": {"error": "timed out"}},
         "generation.json": [{"mixer": "attention", "options": {}, "length": 1024, "batch": 1,
@@ -234,6 +235,10 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                                                               "610", "4.80"]
     assert lines["kctx, NHWC float32 convs"].split("|")[1].split() == ["—", "—", "—", "—"]
     assert "kctx, weights as constants" not in lines  # not run
+    # Keras' eager call on PyTorch with Keras' convolution as released (step 11).
+    assert lines["kctx PT eager, conv released"].split("|")[1].split()[:2] == [
+        "110.00", "(100.00)"]
+    assert "kctx PyTorch, Keras eager" not in lines
     # PyTorch's compiled program as it runs and replayed as a CUDA graph (no profile).
     assert lines["kctx PyTorch, torch.compile"].split("|")[1].split() == [
         "2.00", "(1.90)", "1.00", "200", "0.80", "!"]

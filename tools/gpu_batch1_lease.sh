@@ -37,7 +37,11 @@
 #   9. issue 41's generation benchmark (kctx.bench generation --compiled, jax.jit);
 #  10. kctx.profile.profile_layer on the GPU, JAX and PyTorch: the Hamburger (NMF) at
 #      1x128x128x512, its latency, MACs and device peak memory (the CUDA allocator's, JAX's
-#      memory_stats), the profiler's GPU paths, which no lease has run yet.
+#      memory_stats), the profiler's GPU paths, which no lease has run yet;
+#  11. Keras' eager call on PyTorch, batch 1 and 16, eager and replayed as a CUDA graph, with
+#      Keras' convolution as kctx fixes it at import and as released
+#      (KCTX_NO_KERAS_FIXES=conv: two copies of each convolution's input; lease 3's graph
+#      at batch 16 took 65.5 ms, 2.4x the official model, with them).
 # Each step gets at most what is left of 585 s, so the call ends inside its limit and the
 # later steps are the ones a slow machine drops.
 # On this machine, first: bash tools/gpu_wheels.sh (the wheels, into .whl/), and the dry
@@ -129,8 +133,10 @@ print(result)
 with open(sys.argv[1], 'w') as file:
     json.dump(result, file, indent=1)" "$OUT/b1/profile_$backend.json"
 done
-# At most 8 files come back: the variants of steps 3-7, the two training steps and the two
-# profiles, one file each.
+segnext_on torch 90 torch_eager "1 16"
+KCTX_NO_KERAS_FIXES=conv segnext_on torch 90 torch_eager_released "1 16"
+# At most 8 files come back: the variants of steps 3-7 and 11, the two training steps and
+# the two profiles, one file each.
 "$PY" - "$OUT/b1" <<'PYTHON'
 import json, os, sys
 folder = sys.argv[1]
@@ -148,7 +154,8 @@ if os.path.exists(path) and os.path.exists(os.path.join(folder, "torch_compile.j
 for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "torch_export",
                                          "command_buffers",
                                          "nhwc", "constant_weights",
-                                         "all_three", "square_taps")),
+                                         "all_three", "square_taps", "torch_eager",
+                                         "torch_eager_released")),
                       ("train_steps.json", ("train_gathered", "train_matrix")),
                       ("profiles.json", ("profile_jax", "profile_torch"))):
     gathered = {}

@@ -380,7 +380,12 @@ BATCH1_FORMS = (("default.json", None, "cells", "kctx JAX, its defaults"),
                 ("variants.json", "nhwc", "cells", "kctx, NHWC float32 convs"),
                 ("variants.json", "constant_weights", "cells", "kctx, weights as constants"),
                 ("variants.json", "all_three", "cells", "kctx, those three together"),
-                ("variants.json", "square_taps", "cells", "kctx, square kernels as taps"))
+                ("variants.json", "square_taps", "cells", "kctx, square kernels as taps"),
+                ("variants.json", "torch_eager", "cells", "kctx PyTorch, Keras eager"),
+                ("variants.json", "torch_eager", "cells_graph", "kctx PT, eager + graph"),
+                ("variants.json", "torch_eager_released", "cells", "kctx PT eager, conv released"),
+                ("variants.json", "torch_eager_released", "cells_graph",
+                 "kctx PT graph, conv released"))
 
 
 def batch1_report(folder):
