@@ -210,16 +210,17 @@ FIXES = ("tree", "conv")
 
 
 def _left_alone():
-    """The fixes ``KCTX_NO_KERAS_FIXES`` names (``1``: all of them)."""
+    """The fixes ``KCTX_NO_KERAS_FIXES`` names (``1``: all of them; unset or ``0``: none)."""
     value = os.environ.get("KCTX_NO_KERAS_FIXES", "").strip()
-    if value in ("", "0"):
+    if value.lower() in ("", "0", "false", "no"):
         return set()
-    if value == "1":
+    if value.lower() in ("1", "true", "yes", "all"):
         return set(FIXES)
     names = {name.strip() for name in value.split(",")}
     if not names <= set(FIXES):
-        raise ValueError(f"KCTX_NO_KERAS_FIXES takes 1 or some of {', '.join(FIXES)} "
-                         f"(comma-separated). Received: KCTX_NO_KERAS_FIXES={value!r}")
+        raise ValueError(f"KCTX_NO_KERAS_FIXES takes 1 (all), 0 (none) or some of "
+                         f"{', '.join(FIXES)}, comma-separated. "
+                         f"Received: KCTX_NO_KERAS_FIXES={value!r}")
     return names
 
 

@@ -599,18 +599,27 @@ def _keras_tree_keeps_nothing_alive_and_traverses_as_keras_does():
                 traverse.__wrapped__(keep_lists, structure, top_down)), (structure, top_down)
 
 
-def _keras_conv_copies_nothing_and_computes_as_keras_does():
+def _keras_conv_copies_nothing_and_computes_as_keras_does(monkeypatch):
     """kctx._keras_fixes: Keras' PyTorch convolution (keras-team/keras#23279) no longer
     copies a channels-last input twice: none of an input's size is copied, where Keras
     3.15.1's made two; and the fixed convolution gives Keras' own outputs and gradients
     (to float32 rounding) for 1-, 2- and 3-D, strided, dilated, grouped, depthwise,
     separable and channels-first convolutions, "same" and "valid". (With a Keras release
-    that has its own fix, kctx replaces nothing, and no copy is made.)"""
+    that has its own fix, kctx replaces nothing, and no copy is made.) And which fixes
+    ``KCTX_NO_KERAS_FIXES`` leaves out, a misspelt name refused naming the variable."""
     import torch
     from keras.src.backend.torch import nn
 
     from kctx import _keras_fixes as keras_fixes
 
+    for value, left_alone in (("", set()), ("0", set()), ("1", {"tree", "conv"}),
+                              ("conv", {"conv"}), ("tree, conv", {"tree", "conv"})):
+        monkeypatch.setenv("KCTX_NO_KERAS_FIXES", value)
+        assert keras_fixes._left_alone() == left_alone, value
+    monkeypatch.setenv("KCTX_NO_KERAS_FIXES", "cnv")
+    with pytest.raises(ValueError, match="Received: KCTX_NO_KERAS_FIXES='cnv'"):
+        keras_fixes._left_alone()
+    monkeypatch.delenv("KCTX_NO_KERAS_FIXES")
     replaced = "keras.src.backend.torch.nn.conv" in keras_fixes.apply()
     assert keras_fixes.conv_input_copies() == 0
     if not replaced:  # a Keras release with its own fix (#23199): nothing of kctx's to check
