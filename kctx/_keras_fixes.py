@@ -54,8 +54,7 @@ import weakref
 
 import keras
 
-_APPLIED = []  # the fixes made (FIXES' names)
-_REPLACED = []  # the Keras functions they replaced
+_APPLIED = {}  # the fixes made: their names (FIXES) -> the Keras functions they replaced
 
 
 class _Leaf:
@@ -269,10 +268,9 @@ def apply():
     if keras.backend.backend() != "torch":
         return []
     left_alone = _left_alone()
-    for name, fix in (("tree", _apply_tree), ("conv", _apply_conv)):
+    for name, fix in (("tree", _apply_tree), ("conv", _apply_conv)):  # FIXES, in order
         if name not in left_alone and name not in _APPLIED:
             replaced = fix()
             if replaced:
-                _APPLIED.append(name)
-                _REPLACED.extend(replaced)
-    return list(_REPLACED)
+                _APPLIED[name] = replaced
+    return [function for replaced in _APPLIED.values() for function in replaced]
