@@ -1,10 +1,11 @@
-"""Fixes of Keras' own that its releases do not carry yet, applied when ``kctx`` is imported.
+"""Fixes of Keras' that its releases do not carry yet, applied when ``kctx`` is imported.
 
-Both are on the PyTorch backend and both are on Keras' main branch; :func:`apply` makes each
-only where a check finds the released behaviour, so a Keras release with the fix is left as
-it is, and so are the other backends. ``KCTX_NO_KERAS_FIXES=1`` in the environment leaves
-Keras as it is (to measure it, or should a fix ever be wrong for a Keras release);
-``KCTX_NO_KERAS_FIXES=conv`` (or ``tree``) leaves that one alone.
+All three are on the PyTorch backend; the first two are on Keras' main branch, the third in
+a pull request to it. :func:`apply` makes each only where a check finds the released
+behaviour, so a Keras release with the fix is left as it is, and so are the other backends.
+``KCTX_NO_KERAS_FIXES=1`` in the environment leaves Keras as it is (to measure it, or should
+a fix ever be wrong for a Keras release); ``KCTX_NO_KERAS_FIXES=conv`` (or ``tree``,
+``pool``, several comma-separated) leaves those alone.
 
 **Keras' tree functions on PyTorch keep their arguments alive** (``tree``;
 keras-team/keras#23110, fixed on Keras' main branch by #23111; Keras 3.15.1 still has it).
@@ -45,10 +46,25 @@ each measurement a process of its own, 2 CPU cores): SegNeXt-T's eager call at 5
 587–595 → 343–383 ms, its training step (batch 2 of 128² crops) 365.5 → 334.1 ms (median of
 five runs each), the HamGAN's 128² training step 6.85–6.95 → 6.24–6.48 s
 (``docs/workflows/backends.md``).
+
+**Keras' PyTorch pooling copies its input too** (``pool``; keras-team/keras#23649, Keras'
+pull request #23645 not merged yet). ``max_pool``, ``average_pool``, ``adaptive_max_pool``
+and ``adaptive_average_pool`` of ``keras.src.backend.torch.nn`` permute a channels-last
+input to channels-first and call ``.contiguous()``, a copy into channels-first memory, and
+return the channels-last view of channels-first memory, which the operations after it copy
+again or compute on in channels-first layout. PyTorch's pooling takes
+channels-last memory, and its 2-D kernels (and 3-D max pooling) write their output in it: the
+fix gives Keras' own function the channels-first view and permutes the output back, a
+contiguous channels-last tensor; 1-D and channels-first inputs take Keras' path. It is made
+for each function where :func:`pool_input_copies` counts a copy. What it gives (``bash
+results/keras_pool_fix_cpu/run.sh``, as the convolution's above): the FID Inception
+extractor's features of 299×299 images (13 poolings a call) 103–107 → 83–86 ms an image,
+KANet_KV's 224×224 call at batch 8 185–189 → 164–165 ms.
 """
 
 import functools
 import gc
+import inspect
 import os
 import weakref
 
@@ -141,21 +157,10 @@ def _patched(impl):
     return dict_to_ordered_dict, traverse
 
 
-def conv_input_copies():
-    """How many copies of a channels-last (B, H, W, C) input Keras' PyTorch convolution
-    makes before convolving it: the ATen copies of the input's size that
-    ``keras.src.backend.torch.nn.conv`` dispatches for a (1, 5, 6, 3) input, counted on
-    PyTorch's ``meta`` device (nothing is computed). 0 on the other backends.
-
-    Example:
-
-    >>> conv_input_copies()  # after ``import kctx``, on every backend
-    0
-    """
-    if keras.backend.backend() != "torch":
-        return 0
+def _input_copies(call):
+    """The ATen copies of a (1, 5, 6, 3) input's size (90 elements) that ``call(inputs)``
+    dispatches, on PyTorch's ``meta`` device (nothing is computed)."""
     import torch
-    from keras.src.backend.torch import nn
     from torch.utils._python_dispatch import TorchDispatchMode
 
     aten = torch.ops.aten
@@ -171,10 +176,55 @@ def conv_input_copies():
 
     with keras.device("meta"):
         inputs = torch.zeros(1, 5, 6, 3, device="meta")
-        kernel = torch.zeros(2, 2, 3, 4, device="meta")
         with CountCopies():
-            nn.conv(inputs, kernel, data_format="channels_last")
+            call(inputs)
     return len(copies)
+
+
+def conv_input_copies():
+    """How many copies of a channels-last (B, H, W, C) input Keras' PyTorch convolution
+    makes before convolving it: the ATen copies of the input's size that
+    ``keras.src.backend.torch.nn.conv`` dispatches for a (1, 5, 6, 3) input, counted on
+    PyTorch's ``meta`` device (nothing is computed). 0 on the other backends.
+
+    Example:
+
+    >>> conv_input_copies()  # after ``import kctx``, on every backend
+    0
+    """
+    if keras.backend.backend() != "torch":
+        return 0
+    import torch
+    from keras.src.backend.torch import nn
+
+    kernel = torch.zeros(2, 2, 3, 4, device="meta")
+    return _input_copies(lambda inputs: nn.conv(inputs, kernel, data_format="channels_last"))
+
+
+POOLS = {  # Keras' PyTorch pooling functions -> their arguments after the input, for the count
+    "max_pool": (2,), "average_pool": (2,),
+    "adaptive_max_pool": (2,), "adaptive_average_pool": (2,)}
+
+
+def pool_input_copies(name=None):
+    """How many copies of a channels-last (B, H, W, C) input Keras' PyTorch pooling makes
+    before pooling it: the ATen copies of the input's size that
+    ``keras.src.backend.torch.nn.<name>`` dispatches for a (1, 5, 6, 3) input, counted on
+    PyTorch's ``meta`` device; ``name=None``: the sum over the pooling functions of
+    :data:`POOLS` that the installed Keras has. 0 on the other backends.
+
+    Example:
+
+    >>> pool_input_copies()  # after ``import kctx``, on every backend
+    0
+    """
+    if keras.backend.backend() != "torch":
+        return 0
+    from keras.src.backend.torch import nn
+
+    names = [name] if name is not None else [n for n in POOLS if callable(getattr(nn, n, None))]
+    return sum(_input_copies(lambda inputs, n=n: getattr(nn, n)(
+        inputs, *POOLS[n], data_format="channels_last")) for n in names)
 
 
 def _conv_on_the_channels_first_view(conv):
@@ -205,7 +255,37 @@ def _conv_on_the_channels_first_view(conv):
     return fixed
 
 
-FIXES = ("tree", "conv")
+def _pool_on_the_channels_first_view(pool):
+    """Keras' PyTorch pooling function ``pool``, given a channels-last input of 2 or 3
+    spatial axes as the channels-first view of it (no copy: PyTorch's pooling takes
+    channels-last memory, and its 2-D kernels write their output so) and returning the
+    channels-last view of its output. The other arguments pass as given."""
+    import torch
+    from keras.src.backend.config import standardize_data_format
+    from keras.src.backend.torch.core import convert_to_tensor
+
+    at = list(inspect.signature(pool).parameters).index("data_format") - 1  # after inputs
+
+    @functools.wraps(pool)
+    def fixed(inputs, *args, **kwargs):
+        inputs = convert_to_tensor(inputs)
+        rank = inputs.ndim
+        positional = len(args) > at
+        data_format = args[at] if positional else kwargs.get("data_format")
+        if standardize_data_format(data_format) != "channels_last" or rank not in (4, 5):
+            return pool(inputs, *args, **kwargs)
+        if positional:
+            args = (*args[:at], "channels_first", *args[at + 1:])
+        else:
+            kwargs = {**kwargs, "data_format": "channels_first"}
+        outputs = pool(torch.permute(inputs, (0, rank - 1, *range(1, rank - 1))), *args,
+                       **kwargs)
+        return torch.permute(outputs, (0, *range(2, rank), 1))
+
+    return fixed
+
+
+FIXES = ("tree", "conv", "pool")
 
 
 def _left_alone():
@@ -254,6 +334,27 @@ def _apply_conv():
     return []
 
 
+def _apply_pool():
+    from keras.src.backend.torch import nn
+
+    replaced = []
+    for name in POOLS:
+        keras_pool = getattr(nn, name, None)
+        if not callable(keras_pool):
+            continue
+        try:  # each pooling function apart; one the check cannot run is left as it is
+            if not pool_input_copies(name):
+                continue
+            setattr(nn, name, _pool_on_the_channels_first_view(keras_pool))
+            if not pool_input_copies(name):
+                replaced.append(f"keras.src.backend.torch.nn.{name}")
+                continue
+        except Exception:
+            pass
+        setattr(nn, name, keras_pool)
+    return replaced
+
+
 def apply():
     """Applies the fixes where they are needed (see the module); returns the names of the
     Keras functions replaced, ``[]`` where none was. Idempotent.
@@ -261,14 +362,16 @@ def apply():
     Example:
 
     >>> from kctx import _keras_fixes as keras_fixes
-    >>> fixed = keras_fixes.apply()  # TensorFlow, JAX: []; PyTorch + Keras 3.15.1: three
-    >>> keras_fixes.tree_keeps_structures_alive(), keras_fixes.conv_input_copies()
-    (False, 0)
+    >>> fixed = keras_fixes.apply()  # TensorFlow, JAX: []; PyTorch + Keras 3.15.1: seven
+    >>> (keras_fixes.tree_keeps_structures_alive(), keras_fixes.conv_input_copies(),
+    ...  keras_fixes.pool_input_copies())
+    (False, 0, 0)
     """
     if keras.backend.backend() != "torch":
         return []
     left_alone = _left_alone()
-    for name, fix in (("tree", _apply_tree), ("conv", _apply_conv)):  # FIXES, in order
+    for name, fix in (("tree", _apply_tree), ("conv", _apply_conv),
+                      ("pool", _apply_pool)):  # FIXES, in order
         if name not in left_alone and name not in _APPLIED:
             replaced = fix()
             if replaced:

@@ -612,8 +612,8 @@ def _keras_conv_copies_nothing_and_computes_as_keras_does(monkeypatch):
 
     from kctx import _keras_fixes as keras_fixes
 
-    for value, left_alone in (("", set()), ("0", set()), ("1", {"tree", "conv"}),
-                              ("conv", {"conv"}), ("tree, conv", {"tree", "conv"})):
+    for value, left_alone in (("", set()), ("0", set()), ("1", {"tree", "conv", "pool"}),
+                              ("conv", {"conv"}), ("tree, pool", {"tree", "pool"})):
         monkeypatch.setenv("KCTX_NO_KERAS_FIXES", value)
         assert keras_fixes._left_alone() == left_alone, value
     monkeypatch.setenv("KCTX_NO_KERAS_FIXES", "cnv")
@@ -666,6 +666,62 @@ def _keras_conv_copies_nothing_and_computes_as_keras_does(monkeypatch):
                                    rtol=1e-5, atol=1e-5)
     finally:
         nn.conv = fixed
+
+
+def _keras_pooling_copies_nothing_and_computes_as_keras_does():
+    """kctx._keras_fixes: Keras' PyTorch pooling (keras-team/keras#23649) no longer copies a
+    channels-last input to channels-first memory (one copy per function in Keras 3.15.1)
+    nor returns a view the next operation copies again: the 2-D outputs are contiguous
+    channels-last tensors. Outputs and input gradients equal Keras' own for max, average and
+    adaptive pooling in 2-D and 3-D, strided, "same" (symmetric and not) and "valid", and
+    Keras' own path is kept for 1-D and channels-first inputs."""
+    import torch
+    from keras.src.backend.torch import nn
+
+    from kctx import _keras_fixes as keras_fixes
+
+    replaced = [f for f in keras_fixes.apply() if f.rsplit(".", 1)[1] in keras_fixes.POOLS]
+    assert keras_fixes.pool_input_copies() == 0
+    if not replaced:  # a Keras release with its own fix (#23645): nothing of kctx's to check
+        return
+    ops = keras.ops
+    cases = [  # (input shape, keras.ops function, arguments, keyword arguments, contiguous)
+        ((2, 9, 7, 3), ops.max_pool, (2,), {}, True),
+        ((2, 9, 7, 3), ops.max_pool, (3,), {"strides": 2, "padding": "same"}, False),
+        ((2, 9, 8, 3), ops.max_pool, ((3, 2),), {"strides": (1, 2)}, True),
+        ((2, 9, 7, 3), ops.average_pool, (3,), {"strides": 1, "padding": "same"}, True),
+        ((2, 9, 7, 3), ops.average_pool, (2,), {"strides": 2, "padding": "same"}, False),
+        ((2, 9, 7, 3), ops.average_pool, (2,), {"strides": 1}, True),
+        ((2, 9, 7, 3), ops.adaptive_max_pool, ((2, 3),), {}, True),
+        ((2, 9, 7, 3), ops.adaptive_average_pool, ((4, 3),), {}, True),
+        ((2, 5, 6, 4, 3), ops.max_pool, (2,), {}, True),
+        ((2, 5, 6, 4, 3), ops.average_pool, (3,), {"strides": 1, "padding": "same"}, False),
+        ((2, 5, 6, 4, 3), ops.adaptive_average_pool, (2,), {}, False),
+        ((2, 9, 3), ops.max_pool, (2,), {}, False),  # 1-D: Keras' own path
+        ((2, 3, 9, 7), ops.average_pool, (2,), {"data_format": "channels_first"}, True),
+    ]
+    for shape, function, args, kwargs, contiguous in cases:
+        x = torch.tensor(rng.standard_normal(shape), dtype=torch.float32, requires_grad=True)
+        name = {ops.max_pool: "max_pool", ops.average_pool: "average_pool",
+                ops.adaptive_max_pool: "adaptive_max_pool",
+                ops.adaptive_average_pool: "adaptive_average_pool"}[function]
+        fixed = getattr(nn, name)
+        results = []
+        for pool in (fixed, fixed.__wrapped__):
+            setattr(nn, name, pool)
+            try:
+                y = function(x, *args, **kwargs)
+            finally:
+                setattr(nn, name, fixed)
+            results.append([y.detach().numpy(), torch.autograd.grad((y * y).sum(), x)[0].numpy()])
+            if pool is fixed:
+                assert y.is_contiguous() or not contiguous, (shape, name, args, kwargs)
+        for got, expected in zip(*results):
+            np.testing.assert_allclose(got, expected, rtol=1e-6,
+                                       atol=1e-6 * np.abs(expected).max())
+    images = rng.standard_normal((2, 8, 8, 3)).astype("float32")
+    for layer in (keras.layers.MaxPooling2D(), keras.layers.AveragePooling2D(3, 1, "same")):
+        assert layer(images).is_contiguous()
 
 
 def _large_host_buffers_are_reused_without_page_faults():
@@ -726,6 +782,8 @@ if BACKEND == "torch":  # what is PyTorch's own (the JAX process checks that not
         _keras_tree_keeps_nothing_alive_and_traverses_as_keras_does
     test_keras_conv_on_pytorch_copies_nothing_and_computes_as_keras_does = \
         _keras_conv_copies_nothing_and_computes_as_keras_does
+    test_keras_pooling_on_pytorch_copies_nothing_and_computes_as_keras_does = \
+        _keras_pooling_copies_nothing_and_computes_as_keras_does
     test_large_host_buffers_are_reused_without_page_faults = \
         _large_host_buffers_are_reused_without_page_faults  # (Linux with glibc, as CI)
     test_one_step_gradient_records_no_round = pytest.mark.parametrize(

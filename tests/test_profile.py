@@ -145,6 +145,8 @@ def test_profile_on_another_backend_needs_a_fresh_process():
     (["runtimes", "--models", "resnet"], "--models: invalid choice: 'resnet'"),
     (["depthwise", "--configs", "msca_3x3"], "--configs: invalid choice: 'msca_3x3'"),
     (["depthwise", "--repeats", "0"], "--repeats: must be a positive integer"),
+    (["fid", "--backends", "numpy"], "--backends: invalid choice: 'numpy'"),
+    (["fid", "--batch-size", "0"], "--batch-size: must be a positive integer"),
 ])
 def test_bench_arguments_are_refused_before_anything_runs(argv, message, tmp_path, capsys):
     from kctx.bench.__main__ import main
@@ -165,6 +167,26 @@ def test_gan_bench_arguments_are_refused(tmp_path, capsys):
             main(argv)
         assert stopped.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_fid_bench_times_the_extractor_on_every_backend():
+    """``kctx.bench fid``: its three backends by default (each timed in a process of its own;
+    here TensorFlow's extraction in this process, 2 images), and its table beside a
+    torch-fidelity row."""
+    import argparse
+
+    from kctx.bench.fid import DEFAULT_WEIGHTS, add_arguments, format_table, kctx_extraction
+    from kctx.bench.standalone import cpu_model
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).backends == ["tensorflow", "jax", "torch"]
+    row = kctx_extraction(DEFAULT_WEIGHTS, images=2, size=40, batch_size=2)
+    assert row["tool"] == "kctx (tensorflow)" and row["images_per_second"] > 0
+    torch_row = {"tool": "torch-fidelity", "images_per_second": row["images_per_second"] / 2,
+                 "seconds_per_image": 2 * row["seconds_per_image"]}
+    table = format_table({"rows": [row, torch_row], "fid_50k": None, "cpu": cpu_model()})
+    assert "| kctx (tensorflow) |" in table and "| 0.50 |" in table, table
 
 
 def test_retention_bench_reads_memory_in_a_fresh_process():

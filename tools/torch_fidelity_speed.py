@@ -24,17 +24,48 @@ object to stdout::
      "seconds": ..., "images_per_second": ..., "seconds_per_image": ...}
 
 Anything else (warnings) goes to stderr.
+
+torch-fidelity's package imports torchvision (for its datasets and its other extractors),
+which its InceptionV3 extractor does not use. Where no torchvision runs with the installed
+torch (the registry has no CPU build of torchvision for torch 2.13), the script loads the
+extractor's own modules without the package's ``__init__`` and says so on stderr and in
+the JSON (``"package_init": false``); the extractor's code is the same.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import time
+import types
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WEIGHTS = REPO_ROOT / "tests" / "fixtures" / "fid_inception" / "random_inception.pth"
+
+
+def import_extractor():
+    """(torch-fidelity's version, its ``FeatureExtractorInceptionV3``, whether the package's
+    ``__init__`` ran); see the module's last paragraph."""
+    try:
+        import torch_fidelity
+        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+        return torch_fidelity.__version__, FeatureExtractorInceptionV3, True
+    except (ImportError, RuntimeError) as error:  # RuntimeError: a torchvision for another torch
+        print(f"torch-fidelity's package does not import ({type(error).__name__}: {error}); "
+              "loading its InceptionV3 extractor's modules alone", file=sys.stderr)
+    for name in [name for name in sys.modules if name.split(".")[0] == "torch_fidelity"]:
+        del sys.modules[name]
+    spec = importlib.util.find_spec("torch_fidelity")
+    package = types.ModuleType("torch_fidelity")
+    package.__path__ = list(spec.submodule_search_locations)
+    sys.modules["torch_fidelity"] = package
+    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+    from torch_fidelity.version import __version__
+
+    return __version__, FeatureExtractorInceptionV3, False
 
 
 def main(argv=None):
@@ -52,8 +83,8 @@ def main(argv=None):
         parser.error("--images, --size and --batch-size must be positive")
 
     import torch
-    import torch_fidelity
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+    version, FeatureExtractorInceptionV3, package_init = import_extractor()
 
     threads = args.threads
     if threads is None:
@@ -82,7 +113,8 @@ def main(argv=None):
 
     result = {
         "tool": "torch-fidelity",
-        "torch_fidelity_version": torch_fidelity.__version__,
+        "torch_fidelity_version": version,
+        "package_init": package_init,
         "torch_version": torch.__version__,
         "threads": threads,
         "batch_size": args.batch_size,

@@ -51,8 +51,8 @@ BENCHMARKS = {
     ),
     "fid": (
         "kctx.bench.fid",
-        "FID Inception features: images/s of kctx (Keras-TF, JAX) beside torch-fidelity; "
-        "FID over 50k images",
+        "FID Inception features: images/s of kctx (Keras-TF, JAX, PyTorch) beside "
+        "torch-fidelity; FID over 50k images",
     ),
     "generation": (
         "kctx.bench.generation",

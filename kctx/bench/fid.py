@@ -2,9 +2,10 @@
 
 Images per second of pool3 features and unbiased logits (what FID, IS and KID need) of
 random 8-bit images at 299×299 (``--size``), in batches, after a warm-up batch, each
-runtime in a fresh process on the same CPU one after the other: kctx on Keras-TF and on
-JAX (``--backends``), and torch-fidelity's ``FeatureExtractorInceptionV3`` through
-``tools/torch_fidelity_speed.py`` in another virtual environment (``--torch-python``).
+runtime in a fresh process on the same CPU one after the other: kctx on Keras' TensorFlow,
+JAX and PyTorch backends (``--backends``), and torch-fidelity's
+``FeatureExtractorInceptionV3`` through ``tools/torch_fidelity_speed.py`` in another virtual
+environment (``--torch-python``).
 kctx's time includes its resize ("tensorflow", the TF1 bilinear: an identity at 299,
 as torch-fidelity's) and scaling; both use the same weights file (``--weights``: the
 fixture's random weights by default; the real file gives the same speed).
@@ -33,6 +34,7 @@ from kctx.profile.layer_profile import run_worker
 GOAL = 0.7
 DEFAULT_WEIGHTS = os.path.join("tests", "fixtures", "fid_inception", "random_inception.pth")
 TORCH_SCRIPT = os.path.join("tools", "torch_fidelity_speed.py")
+BACKENDS = ("tensorflow", "jax", "torch")
 
 
 def _images(count, size, seed=0):
@@ -110,7 +112,7 @@ def _run_torch(python, script, request, threads, timeout=None):
     return result
 
 
-def run_fid(backends=("tensorflow", "jax"), torch_python=None, torch_script=TORCH_SCRIPT,
+def run_fid(backends=BACKENDS, torch_python=None, torch_script=TORCH_SCRIPT,
             weights=DEFAULT_WEIGHTS, images=256, size=299, batch_size=32, samples=50_000):
     """Measure every runtime (fresh processes, one after the other); returns the rows."""
     request = {"weights": weights, "images": images, "size": size, "batch_size": batch_size}
@@ -140,7 +142,7 @@ def run_fid(backends=("tensorflow", "jax"), torch_python=None, torch_script=TORC
                    "goal_met": (fastest["seconds_per_image"]
                                 <= GOAL * torch_row["seconds_per_image"]) if torch_row else None}
     return {"rows": rows, "fid_50k": summary, "cpu": cpu_model(),
-            "versions": package_versions(("kctx", "keras", "tensorflow", "jax", "jaxlib",
+            "versions": package_versions(("kctx", "keras", "tensorflow", "jax", "jaxlib", "torch",
                                           "numpy", "scipy")),
             "command": " ".join(["python -m kctx.bench fid"] + sys.argv[2:])}
 
@@ -174,8 +176,8 @@ def format_table(result):
 
 
 def add_arguments(parser):
-    parser.add_argument("--backends", nargs="*", default=["tensorflow", "jax"],
-                        choices=["tensorflow", "jax"], help="kctx's Keras backends to time")
+    parser.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=BACKENDS,
+                        help="kctx's Keras backends to time")
     parser.add_argument("--torch-python", help="a Python with torch and torch-fidelity "
                         "(then torch-fidelity is timed too)")
     parser.add_argument("--torch-script", default=TORCH_SCRIPT)
