@@ -180,13 +180,18 @@ def test_fid_bench_times_the_extractor_on_every_backend():
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert parser.parse_args([]).backends == ["tensorflow", "jax", "torch"]
+    defaults = parser.parse_args([])
+    assert defaults.backends == ["tensorflow", "jax", "torch"] and not defaults.glibc_default
+    assert parser.parse_args(["--glibc-default"]).glibc_default
     row = kctx_extraction(DEFAULT_WEIGHTS, images=2, size=40, batch_size=2)
     assert row["tool"] == "kctx (tensorflow)" and row["images_per_second"] > 0
+    assert row["reuse_freed_host_memory"] is None  # TensorFlow's own allocator
     torch_row = {"tool": "torch-fidelity", "images_per_second": row["images_per_second"] / 2,
-                 "seconds_per_image": 2 * row["seconds_per_image"]}
+                 "seconds_per_image": 2 * row["seconds_per_image"],
+                 "reuse_freed_host_memory": False}
     table = format_table({"rows": [row, torch_row], "fid_50k": None, "cpu": cpu_model()})
     assert "| kctx (tensorflow) |" in table and "| 0.50 |" in table, table
+    assert "torch-fidelity: glibc's default host memory." in table, table
 
 
 def test_retention_bench_reads_memory_in_a_fresh_process():

@@ -8,7 +8,7 @@ kctx's FID benchmark calls this script through its ``--torch-python`` option
 
     /work/fidenv/bin/python tools/torch_fidelity_speed.py \\
         [--weights tests/fixtures/fid_inception/random_inception.pth] \\
-        [--images 256] [--size 299] [--batch-size 32] [--threads T]
+        [--images 256] [--size 299] [--batch-size 32] [--threads T] [--reuse-freed-host-memory]
 
 It builds torch-fidelity's ``FeatureExtractorInceptionV3`` with the random
 weights file (``--weights``; nothing is downloaded) requesting the "2048"
@@ -16,10 +16,13 @@ weights file (``--weights``; nothing is downloaded) requesting the "2048"
 images of ``--size`` x ``--size`` (torch-fidelity resizes them to 299 inside
 its forward), runs one warm-up batch, then times the extraction of all images
 in batches of ``--batch-size`` under ``torch.inference_mode()`` on the CPU with
-``torch.set_num_threads(--threads)`` (default: all cores).  It prints one JSON
-object to stdout::
+``torch.set_num_threads(--threads)`` (default: all cores), with glibc's default host
+memory or, with ``--reuse-freed-host-memory``, glibc keeping what it frees (as kctx's runner
+makes it on PyTorch; ``kctx.bench fid`` asks for it unless ``--glibc-default``). It prints
+one JSON object to stdout::
 
-    {"tool": "torch-fidelity", "torch_fidelity_version": ..., "torch_version": ...,
+    {"tool": "torch-fidelity", "torch_fidelity_version": ..., "package_init": ...,
+     "reuse_freed_host_memory": ..., "torch_version": ...,
      "threads": ..., "batch_size": ..., "images": ..., "size": ...,
      "seconds": ..., "images_per_second": ..., "seconds_per_image": ...}
 
@@ -78,12 +81,23 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (default: all cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random images")
+    parser.add_argument("--reuse-freed-host-memory", action="store_true",
+                        help="make glibc keep the host memory it frees, as kctx's runner does "
+                        "on PyTorch (kctx/host_memory.py, loaded by its path: kctx itself "
+                        "need not be importable here)")
     args = parser.parse_args(argv)
     if args.images < 1 or args.size < 1 or args.batch_size < 1:
         parser.error("--images, --size and --batch-size must be positive")
 
     import torch
 
+    reused = False
+    if args.reuse_freed_host_memory:
+        spec = importlib.util.spec_from_file_location("host_memory",
+                                                      REPO_ROOT / "kctx" / "host_memory.py")
+        host_memory = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(host_memory)
+        reused = host_memory.reuse_freed_host_memory()
     version, FeatureExtractorInceptionV3, package_init = import_extractor()
 
     threads = args.threads
@@ -115,6 +129,7 @@ def main(argv=None):
         "tool": "torch-fidelity",
         "torch_fidelity_version": version,
         "package_init": package_init,
+        "reuse_freed_host_memory": reused,
         "torch_version": torch.__version__,
         "threads": threads,
         "batch_size": args.batch_size,

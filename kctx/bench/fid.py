@@ -43,12 +43,20 @@ def _images(count, size, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (count, size, size, 3)).astype("uint8")
 
 
-def kctx_extraction(weights, images=256, size=299, batch_size=32, resize="tensorflow"):
-    """Time the FID Inception extractor in this process (its backend): images / s."""
+def kctx_extraction(weights, images=256, size=299, batch_size=32, resize="tensorflow",
+                    reuse_host_memory=True):
+    """Time the FID Inception extractor in this process (its backend): images / s. On
+    PyTorch, ``reuse_host_memory`` first makes glibc keep the host memory it frees, as the
+    workflows' runner does there (:func:`kctx.host_memory.reuse_freed_host_memory`)."""
     import keras
     import numpy as np
 
+    from kctx.host_memory import reuse_freed_host_memory
     from kctx.metrics import fid_inception, prepare_images
+
+    reused = None  # TensorFlow and JAX: their own allocators
+    if keras.backend.backend() == "torch":
+        reused = bool(reuse_host_memory) and reuse_freed_host_memory()
 
     extractor = fid_inception(weights, resize=resize)
     data = _images(images + batch_size, size)
@@ -67,6 +75,7 @@ def kctx_extraction(weights, images=256, size=299, batch_size=32, resize="tensor
     assert np.isfinite(features).all()
     return {"tool": f"kctx ({keras.backend.backend()})", "batch_size": batch_size,
             "images": images, "size": size, "seconds": seconds,
+            "reuse_freed_host_memory": reused,
             "images_per_second": images / seconds, "seconds_per_image": seconds / images,
             **other_load(before, cpu_jiffies())}
 
@@ -103,6 +112,8 @@ def _run_torch(python, script, request, threads, timeout=None):
     command = [python, script, "--weights", request["weights"], "--images",
                str(request["images"]), "--size", str(request["size"]), "--batch-size",
                str(request["batch_size"]), "--threads", str(threads)]
+    if request["reuse_host_memory"]:
+        command.append("--reuse-freed-host-memory")
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if completed.returncode != 0:
         raise RuntimeError(f"torch-fidelity's script failed with exit code "
@@ -113,9 +124,13 @@ def _run_torch(python, script, request, threads, timeout=None):
 
 
 def run_fid(backends=BACKENDS, torch_python=None, torch_script=TORCH_SCRIPT,
-            weights=DEFAULT_WEIGHTS, images=256, size=299, batch_size=32, samples=50_000):
-    """Measure every runtime (fresh processes, one after the other); returns the rows."""
-    request = {"weights": weights, "images": images, "size": size, "batch_size": batch_size}
+            weights=DEFAULT_WEIGHTS, images=256, size=299, batch_size=32, samples=50_000,
+            reuse_host_memory=True):
+    """Measure every runtime (fresh processes, one after the other); returns the rows.
+    ``reuse_host_memory``: the PyTorch processes (kctx's and torch-fidelity's) make glibc keep
+    the host memory they free, as kctx's runner does on PyTorch."""
+    request = {"weights": weights, "images": images, "size": size, "batch_size": batch_size,
+               "reuse_host_memory": reuse_host_memory}
     rows = []
     for backend in backends:
         rows.append(run_worker("kctx.bench.fid:kctx_extraction", request, backend=backend))
@@ -169,6 +184,10 @@ def format_table(result):
         if summary["goal_met"] is not None:
             lines.append(f"Goal (kctx ≤ {GOAL}× torch-fidelity's time per image): "
                          f"{'met' if summary['goal_met'] else 'NOT met'}.")
+    policies = {True: "glibc keeps the host memory it frees (kctx.host_memory)",
+                False: "glibc's default host memory"}
+    lines += [f"{row['tool']}: {policies[row['reuse_freed_host_memory']]}." for row in rows
+              if row.get("reuse_freed_host_memory") is not None]
     cpu = result["cpu"]
     lines.append(f"CPU: {cpu['model_name']} (family {cpu['family']} model {cpu['model']}, "
                  f"{cpu['logical_cpus']} logical CPUs).")
@@ -186,11 +205,15 @@ def add_arguments(parser):
     parser.add_argument("--images", type=positive_int, default=256)
     parser.add_argument("--size", type=positive_int, default=299)
     parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--glibc-default", action="store_true",
+                        help="leave the PyTorch processes' host memory to glibc's default "
+                        "(unmapping large freed blocks) instead of the runner's reuse")
     parser.add_argument("--json", type=output_path, help="write the result as JSON")
 
 
 def main(args):
     result = run_fid(args.backends, args.torch_python, args.torch_script, args.weights,
-                     args.images, args.size, args.batch_size)
+                     args.images, args.size, args.batch_size,
+                     reuse_host_memory=not args.glibc_default)
     report(result, format_table(result), args.json)
 
