@@ -716,9 +716,9 @@ def _keras_pooling_copies_nothing_and_computes_as_keras_does():
             results.append([y.detach().numpy(), torch.autograd.grad((y * y).sum(), x)[0].numpy()])
             if pool is fixed:
                 assert y.is_contiguous() or not contiguous, (shape, name, args, kwargs)
-        for got, expected in zip(*results):
-            np.testing.assert_allclose(got, expected, rtol=1e-6,
-                                       atol=1e-6 * np.abs(expected).max())
+        for got, expected in zip(*results):  # (the layouts' kernels may sum in other orders)
+            np.testing.assert_allclose(got, expected, rtol=1e-5,
+                                       atol=1e-5 * np.abs(expected).max())
     images = rng.standard_normal((2, 8, 8, 3)).astype("float32")
     for layer in (keras.layers.MaxPooling2D(), keras.layers.AveragePooling2D(3, 1, "same")):
         assert layer(images).is_contiguous()
