@@ -556,7 +556,9 @@ def _keras_tree_keeps_nothing_alive_and_traverses_as_keras_does():
     hold their structures in a reference cycle: with Python's cyclic collector off, no
     tensor of a training step of the language model (the causal ham's prefix sums stack
     their slices) outlives it, where Keras 3.15.1's left its graph's tensors; and the
-    replaced functions give Keras' own results."""
+    replaced functions give Keras' own results: the same containers, leaves (the very
+    tensors, where the replacement returns a leaf and rebuilds a list or tuple without a
+    pytree round trip) and order."""
     import collections
     import gc
 
@@ -583,17 +585,32 @@ def _keras_tree_keeps_nothing_alive_and_traverses_as_keras_does():
     assert not alive, [(tuple(t.shape), type(t.grad_fn).__name__) for t in alive[:5]]
 
     point = collections.namedtuple("point", "y x")
+    tensor = torch.arange(3)
     structures = [{"b": [1, {"z": 2, "a": None}], "a": (3, point(4, [5]))},
                   collections.defaultdict(list, {"b": 1, "a": [2, 3]}),
-                  collections.OrderedDict([("b", 1), ("a", 2)]), [], (), 7]
+                  collections.OrderedDict([("b", 1), ("a", 2)]), [], (), 7, None, tensor,
+                  [tensor, (tensor, None), [[]], ({"b": 1, "a": 2},)], (point(1, 2), [3]),
+                  keras.src.utils.tracking.TrackedList([1, [2, {"b": 3, "a": 4}]])]
     ordered = torchtree_impl._dict_to_ordered_dict
     traverse = torchtree_impl.traverse
 
     def keep_lists(x):
-        return keras.tree.MAP_TO_NONE if x == 3 else (tuple(x) if isinstance(x, list) else None)
+        if type(x) is int and x == 3:
+            return keras.tree.MAP_TO_NONE
+        return tuple(x) if isinstance(x, list) else None
+
+    def shape(x):  # the containers' types, nested, and the leaves' identities
+        if isinstance(x, (list, tuple)):
+            return (type(x), [shape(item) for item in x])
+        if isinstance(x, dict):
+            return (type(x), [(key, shape(value)) for key, value in x.items()])
+        return id(x) if isinstance(x, torch.Tensor) else x
 
     for structure in structures:
         assert repr(ordered(structure)) == repr(ordered.__wrapped__(structure))
+        assert shape(ordered(structure)) == shape(ordered.__wrapped__(structure)), structure
+        assert repr(keras.tree.flatten(structure)) == repr(
+            torchtree_impl.torch_tree.tree_flatten(ordered.__wrapped__(structure))[0])
         for top_down in (True, False):
             assert repr(traverse(keep_lists, structure, top_down)) == repr(
                 traverse.__wrapped__(keep_lists, structure, top_down)), (structure, top_down)
