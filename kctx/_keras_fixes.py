@@ -34,7 +34,12 @@ The replacement ``_dict_to_ordered_dict`` also returns a leaf as it is (Keras' m
 does too, #23201) and rebuilds a plain list or tuple from its items, where Keras 3.15.1
 flattens and unflattens each through ``torch.utils._pytree``'s Python: SegNeXt-T's eager call
 at 64×64 (374 layer calls) 93.0–93.8 → 88.5–90.3 ms on 2 CPU cores, 100.7–102.1 ms with
-Keras' own functions (``bash results/keras_tree_fix_cpu/run.sh``).
+Keras' own functions (``bash results/keras_tree_fix_cpu/run.sh``). While ``torch.compile``
+traces (Keras' ``jit_compile=True`` on PyTorch) it takes Keras' path instead: with the short
+cut dynamo traced SegNeXt-T's training step in larger graphs, and Inductor (PyTorch 2.13)
+failed on one of their symbolic shapes ("cannot determine truth value of Relational"), where
+Keras' own traversal trains (``KERAS_BACKEND=torch python -m segmentation.bench --train-step
+--crop-size 64 --jit-compile``).
 
 **Keras' PyTorch convolution copies its input twice** (``conv``; keras-team/keras#23279,
 fixed on Keras' main branch by #23199; Keras 3.15.1 still has it). Given a channels-last
@@ -109,6 +114,15 @@ def _not_the_structure(structure_id, x):
     return id(x) != structure_id
 
 
+def _torch_compiling():
+    """``torch.compiler.is_compiling`` where this PyTorch has it, else a function that says
+    ``False``."""
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    return getattr(compiler, "is_compiling", None) or (lambda: False)
+
+
 def _patched(impl):
     """``impl``'s ``_dict_to_ordered_dict`` and ``traverse`` with an ``is_leaf`` that holds
     the structure's id: the same traversal, results and order.
@@ -117,11 +131,13 @@ def _patched(impl):
     times a layer call) also returns a leaf as it is and rebuilds a plain list or tuple from
     its items without a pytree round trip, where Keras 3.15.1 flattens and unflattens each
     (a leaf's short cut is Keras' own on its main branch, #23201): the same objects,
-    containers and order, at a fraction of the Python work."""
+    containers and order, at a fraction of the Python work; not while ``torch.compile``
+    traces (see the module)."""
     torch_tree = impl.torch_tree
     ordered_dict = impl._dict_to_ordered_dict
     supported_nodes = torch_tree.SUPPORTED_NODES
     node_type = torch_tree._get_node_type
+    compiling = _torch_compiling()
 
     def children(structure):
         return torch_tree.tree_flatten(
@@ -135,13 +151,14 @@ def _patched(impl):
         return None
 
     def dict_to_ordered_dict(structure):
-        kind = type(structure)
-        if kind is list:  # pytree's list node: its items, unflattened into a new list
-            return [dict_to_ordered_dict(item) for item in structure]
-        if kind is tuple:
-            return tuple([dict_to_ordered_dict(item) for item in structure])
-        if node_type(structure) not in supported_nodes:  # a leaf: Keras' own test
-            return structure
+        if not compiling():
+            kind = type(structure)
+            if kind is list:  # pytree's list node: its items, unflattened into a new list
+                return [dict_to_ordered_dict(item) for item in structure]
+            if kind is tuple:
+                return tuple([dict_to_ordered_dict(item) for item in structure])
+            if node_type(structure) not in supported_nodes:  # a leaf: Keras' own test
+                return structure
         ordered = sorted_mapping(structure)
         if ordered is not None:
             return ordered

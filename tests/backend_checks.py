@@ -615,6 +615,14 @@ def _keras_tree_keeps_nothing_alive_and_traverses_as_keras_does():
             assert repr(traverse(keep_lists, structure, top_down)) == repr(
                 traverse.__wrapped__(keep_lists, structure, top_down)), (structure, top_down)
 
+    def flattened(t):  # traced by dynamo, where the replacement walks as Keras does
+        return keras.tree.flatten([t, (2 * t, None), {"b": t + 1, "a": [t - 1]}])
+
+    eager, traced = flattened(tensor), torch.compile(flattened, backend="eager")(tensor)
+    assert [None if x is None else x.tolist() for x in traced] == [
+        None if x is None else x.tolist() for x in eager] == [
+        [0, 1, 2], [0, 2, 4], None, [-1, 0, 1], [1, 2, 3]]
+
 
 def _keras_conv_copies_nothing_and_computes_as_keras_does(monkeypatch):
     """kctx._keras_fixes: Keras' PyTorch convolution (keras-team/keras#23279) no longer
