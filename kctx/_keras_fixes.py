@@ -114,15 +114,6 @@ def _not_the_structure(structure_id, x):
     return id(x) != structure_id
 
 
-def _torch_compiling():
-    """``torch.compiler.is_compiling`` where this PyTorch has it, else a function that says
-    ``False``."""
-    import torch
-
-    compiler = getattr(torch, "compiler", None)
-    return getattr(compiler, "is_compiling", None) or (lambda: False)
-
-
 def _patched(impl):
     """``impl``'s ``_dict_to_ordered_dict`` and ``traverse`` with an ``is_leaf`` that holds
     the structure's id: the same traversal, results and order.
@@ -133,11 +124,13 @@ def _patched(impl):
     (a leaf's short cut is Keras' own on its main branch, #23201): the same objects,
     containers and order, at a fraction of the Python work; not while ``torch.compile``
     traces (see the module)."""
+    import torch
+
     torch_tree = impl.torch_tree
     ordered_dict = impl._dict_to_ordered_dict
     supported_nodes = torch_tree.SUPPORTED_NODES
     node_type = torch_tree._get_node_type
-    compiling = _torch_compiling()
+    compiling = torch.compiler.is_compiling  # torch.compile's and torch.export's tracing
 
     def children(structure):
         return torch_tree.tree_flatten(
