@@ -33,7 +33,7 @@ cycle. (The other backends' ``keras.tree`` is optree's C++ traversal, which make
 The replacement ``_dict_to_ordered_dict`` also returns a leaf as it is (Keras' main branch
 does too, #23201) and rebuilds a plain list or tuple from its items, where Keras 3.15.1
 flattens and unflattens each through ``torch.utils._pytree``'s Python: SegNeXt-T's eager call
-at 64×64 (374 layer calls) 93.0–93.8 → 88.5–90.3 ms on 2 CPU cores, 100.7–102.1 ms with
+at 64×64 (374 layer calls) 103.0–108.0 → 89.9–92.4 ms on 2 CPU cores, 109.3–109.9 ms with
 Keras' own functions (``bash results/keras_tree_fix_cpu/run.sh``). While ``torch.compile``
 traces (Keras' ``jit_compile=True`` on PyTorch) it takes Keras' path instead: with the short
 cut dynamo traced SegNeXt-T's training step in larger graphs, and Inductor (PyTorch 2.13)
