@@ -22,7 +22,7 @@ if keras.backend.backend() == "jax":  # DataParallel in run_layer_test needs 2 d
 import fid_inception_check
 import numpy_reference as ref
 from block_models import TRAIN_STEP_MACS, block_atol, block_model
-from docstring_examples import TENSORFLOW_ONLY, run_docstring_examples
+from docstring_examples import TENSORFLOW_ONLY, not_installed, run_docstring_examples
 import optimizer_check
 from kctx.export import SUFFIXES, export_model, load_artifact
 from kctx.layers import CausalHamburger, Hamburger, context_block, context_block_names
@@ -820,12 +820,14 @@ def _docstring_examples_run_without_tensorflow(tmp_path, monkeypatch):
     """Every ``>>>`` example of the package runs on PyTorch in this process without
     TensorFlow, as a user of ``pip install "kctx[torch]"`` copies it (tests/test_docs.py
     runs them on TensorFlow), but those of TensorFlow-only APIs
-    (``docstring_examples.TENSORFLOW_ONLY``). Not on JAX: there each example's eager
+    (``docstring_examples.TENSORFLOW_ONLY``) and, where JAX or Pillow is not installed, those
+    that import it (``docstring_examples.NEEDS``). Not on JAX: there each example's eager
     operations compile one by one (the 306 examples took 173 s on JAX and 33 s on PyTorch,
     each in a process of its own, imports included; this test 15 s), and the JAX process
     runs the same layers, ops and models through the checks above."""
     monkeypatch.chdir(tmp_path)
-    failures, attempted, skipped = run_docstring_examples(skip=TENSORFLOW_ONLY)
+    failures, attempted, skipped = run_docstring_examples(skip=TENSORFLOW_ONLY
+                                                          + not_installed())
     assert not failures, "\n".join(failures)[:20000]
     assert attempted >= 100 and skipped <= 10, (attempted, skipped)
 

@@ -4,6 +4,7 @@ a user of ``pip install "kctx[torch]"`` copies them)."""
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
 
 import keras
@@ -13,6 +14,16 @@ import kctx
 
 # Examples that show a TensorFlow-only API (their objects say so): not run on other backends.
 TENSORFLOW_ONLY = ("kctx.distribute.StrategyDistribution", "kctx.profile.macs.count_graph_macs")
+# Examples that show an API of an optional package, by the module they import: run where it
+# is installed (the suite's environment has them all; `pip install "kctx[torch]"` neither).
+NEEDS = {"kctx.bench.segnext_gpu.dispatch_us": "jax", "kctx.bench.segnext_gpu.hlo_census": "jax",
+         "kctx.profile.macs.count_jaxpr_macs": "jax", "kctx.metrics.folder.image_batches": "PIL"}
+
+
+def not_installed():
+    """The examples of :data:`NEEDS` whose package this environment lacks."""
+    return tuple(name for name, module in NEEDS.items()
+                 if importlib.util.find_spec(module) is None)
 
 
 def run_docstring_examples(skip=()):

@@ -1,3 +1,5 @@
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from kctx.metrics import (
     classifier_score,
     digits_classifier,
     frechet_distance,
+    image_batches,
     inception_v3,
     prepare_images,
 )
@@ -230,6 +233,30 @@ def test_inception_extractor_builds_and_reports_missing_weights(monkeypatch):
     monkeypatch.setattr(keras.applications, "InceptionV3", offline)
     with pytest.raises(RuntimeError, match="inception_v3_weights_tf_dim_ordering_tf_kernels_notop"):
         inception_v3()
+
+
+def test_image_batches_reads_a_folder_and_names_what_it_cannot_read(tmp_path, monkeypatch):
+    from PIL import Image
+
+    for i, size in enumerate([(8, 6), (8, 6), (8, 6), (5, 4)]):
+        Image.new("RGB" if i else "L", size, (i * 40, 0, 0) if i else 7).save(tmp_path / f"{i}.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    batches = list(image_batches(tmp_path, batch_size=2))
+    assert [b.shape for b in batches] == [(2, 6, 8, 3), (1, 6, 8, 3), (1, 4, 5, 3)]
+    assert all(b.dtype == np.uint8 for b in batches)
+    assert batches[0][0, 0, 0].tolist() == [7, 7, 7] and batches[0][1, 0, 0].tolist() == [40, 0, 0]
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG not really")
+    with pytest.raises(ValueError, match="broken.png"):
+        list(image_batches(tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no image"):
+        list(image_batches(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="No folder of images"):
+        list(image_batches(tmp_path / "missing"))
+    # kctx's own dependencies leave Pillow out ("kctx[torch]"): say what to install.
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(ImportError, match="pip install pillow"):
+        list(image_batches(tmp_path))
 
 
 def test_classifier_score_references():

@@ -24,6 +24,8 @@ def image_batches(folder, batch_size=50, suffixes=IMAGE_SUFFIXES):
 
     Raises:
         ValueError: no such folder, no image in it, or a file Pillow cannot read (named).
+        ImportError: Pillow is not installed (kctx's own dependencies leave it out; the
+            ``gan`` and ``segmentation`` extras bring it).
 
     Example:
         >>> import tempfile
@@ -34,7 +36,11 @@ def image_batches(folder, batch_size=50, suffixes=IMAGE_SUFFIXES):
         >>> print(*(batch.shape for batch in image_batches(folder, batch_size=2)))
         (2, 6, 8, 3) (1, 6, 8, 3)
     """
-    from PIL import Image, UnidentifiedImageError
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as error:
+        raise ImportError("`image_batches` reads image files with Pillow, which is not "
+                          "installed: `pip install pillow`.") from error
 
     folder = pathlib.Path(folder)
     if not folder.is_dir():
