@@ -212,7 +212,9 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
                           "nhwc": {"cells": {"1": {"error": "XLA refused the flag"}}},
                           "torch_eager_released": {"cells": {"1": cell(110.0, 100.0)}}},
         "train_steps.json": {"train_gathered": {"step_ms": 120.5},
-                             "train_matrix": {"error": "timed out"}},
+                             "train_matrix": {"error": "timed out"},
+                             "train_torch": {"step_ms": 640.0},
+                             "train_official": {"median_ms": 200.0}},
         "generation.json": [{"mixer": "attention", "options": {}, "length": 1024, "batch": 1,
                              "compiled": "jax.jit", "params": 10, "ms_per_token": 1.0,
                              "tokens_per_second": 1000.0, "state_mb": 1.0}],
@@ -251,7 +253,8 @@ def test_the_batch1_lease_folder_reports_every_form_against_the_official_best(tm
         "421 Inductor kernels (196 generated)")
     assert lines["kctx PT, compiled + graph"].split("|")[2].split() == ["11.00", "(10.50)",
                                                                         "0.42"]
-    assert "train_gathered: 120.5 ms; train_matrix: timed out" in text
+    assert ("kctx JAX, gathered resize: 120.5 (0.60x); kctx JAX, jax.image.resize: timed out; "
+            "kctx PyTorch (eager): 640.0 (3.20x); official mmseg: 200.0") in text
     assert "attention" in text and "1000.0" in text
 
 

@@ -7,10 +7,15 @@ when it is not installed, ``import tensorflow`` raises ModuleNotFoundError,
 ``importlib.util.find_spec("tensorflow")`` returns None (how Keras, JAX and PyTorch look for
 an optional TensorFlow) and ``"tensorflow"`` never enters ``sys.modules``. (Putting None in
 ``sys.modules`` would fail the import too, but Keras takes a key there for TensorFlow.)
+The processes it starts inherit ``KCTX_TESTS_WITHOUT_TENSORFLOW=1``, for which
+tests/conftest.py hides TensorFlow too: pytest-xdist's workers are such processes.
 """
 
+import os
 import runpy
 import sys
+
+ENVIRONMENT_VARIABLE = "KCTX_TESTS_WITHOUT_TENSORFLOW"
 
 
 class _FinderWithoutTensorFlow:
@@ -27,11 +32,20 @@ class _FinderWithoutTensorFlow:
         return getattr(self.finder, name)
 
 
-sys.meta_path[:] = [_FinderWithoutTensorFlow(finder) for finder in sys.meta_path]
-if sys.argv[1] == "-m":
-    sys.argv = sys.argv[2:]
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-else:
-    sys.argv = sys.argv[1:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-assert "tensorflow" not in sys.modules
+def hide_tensorflow():
+    """Wrap every finder of ``sys.meta_path`` (once) so that none finds TensorFlow."""
+    assert "tensorflow" not in sys.modules, "TensorFlow was imported before it was hidden"
+    sys.meta_path[:] = [finder if isinstance(finder, _FinderWithoutTensorFlow)
+                        else _FinderWithoutTensorFlow(finder) for finder in sys.meta_path]
+
+
+if __name__ == "__main__":
+    hide_tensorflow()
+    os.environ[ENVIRONMENT_VARIABLE] = "1"
+    if sys.argv[1] == "-m":
+        sys.argv = sys.argv[2:]
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[1:]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    assert "tensorflow" not in sys.modules

@@ -42,6 +42,9 @@
 #      Keras' convolution as kctx fixes it at import and as released
 #      (KCTX_NO_KERAS_FIXES=conv: two copies of each convolution's input; lease 3's graph
 #      at batch 16 took 65.5 ms, 2.4x the official model, with them).
+#  12. SegNeXt-T's training step on PyTorch (Keras eager, batch 16 of 512x512: lease 4's 663 ms
+#      was before ParamwiseAdamW's grouped update and kctx's fixes of Keras' convolution and
+#      tree walk) beside mmseg's on the same GPU (lease 3: 202 ms).
 # Each step gets at most what is left of 585 s, so the call ends inside its limit and the
 # later steps are the ones a slow machine drops.
 # On this machine, first: bash tools/gpu_wheels.sh (the wheels, into .whl/), and the dry
@@ -56,6 +59,7 @@ if [ -n "${DRY_RUN:-}" ]; then
     DEVICE=cpu SIZE=64 GEN_LENGTHS="128 256" PROFILE_SHAPE="(1, 16, 16, 64)"
     REPEATS="--repeats 2 --warmup 1 --batch-repeats 1 --batch-warmup 1"
     TRAIN="--batch-size 1 --repeats 1 --warmup 1"
+    OFFICIAL_TRAIN="--batches 1 --repeats 1 --warmup 1"
     SITE=/tmp/gpu-lease-dry-site
     rm -rf "$SITE" && mkdir -p "$SITE/blocked" && echo 'raise ImportError("no TensorFlow on the device machine")' > "$SITE/blocked/tensorflow.py"
     # The wheels but optree (its wheel is Python 3.12's; .venv has its own), and OpenCV,
@@ -70,6 +74,7 @@ else
     GEN_LENGTHS="1024 2048 4096 8192 16384" PROFILE_SHAPE="(1, 128, 128, 512)"
     REPEATS="--repeats 200 --warmup 10 --batch-repeats 6 --batch-warmup 2"
     TRAIN="--batch-size 16 --repeats 10 --warmup 3"
+    OFFICIAL_TRAIN="--batches 16 --repeats 10 --warmup 3"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -135,8 +140,13 @@ with open(sys.argv[1], 'w') as file:
 done
 segnext_on torch 90 torch_eager "1 16"
 KCTX_NO_KERAS_FIXES=conv segnext_on torch 90 torch_eager_released "1 16"
-# At most 8 files come back: the variants of steps 3-7 and 11, the two training steps and
-# the two profiles, one file each.
+# Step 12: the training step on PyTorch, kctx's (eager, as fit runs it) and mmseg's.
+step train_torch 120 env KERAS_BACKEND=torch "$PY" -m segmentation.bench --train-step \
+    --config segnext_ade20k $TRAIN --json "$OUT/b1/train_torch.json"
+step train_official 120 "$PY" tools/segnext_official_latency.py --variant t --device $DEVICE \
+    --train-step --size 512 $OFFICIAL_TRAIN --json "$OUT/b1/train_official.json"
+# At most 8 files come back: the variants of steps 3-7 and 11, the training steps of steps 8
+# and 12, and the two profiles, one file each.
 "$PY" - "$OUT/b1" <<'PYTHON'
 import json, os, sys
 folder = sys.argv[1]
@@ -156,7 +166,8 @@ for target, names in (("variants.json", ("torch_compile", "torch_compile_16", "t
                                          "nhwc", "constant_weights",
                                          "all_three", "square_taps", "torch_eager",
                                          "torch_eager_released")),
-                      ("train_steps.json", ("train_gathered", "train_matrix")),
+                      ("train_steps.json", ("train_gathered", "train_matrix", "train_torch",
+                                            "train_official")),
                       ("profiles.json", ("profile_jax", "profile_torch"))):
     gathered = {}
     for name in names:

@@ -388,6 +388,12 @@ BATCH1_FORMS = (("default.json", None, "cells", "kctx JAX, its defaults"),
                  "kctx PT graph, conv released"))
 
 
+# The training steps of tools/gpu_batch1_lease.sh, by the name of their process.
+TRAIN_STEPS = {"train_gathered": "kctx JAX, gathered resize",
+               "train_matrix": "kctx JAX, jax.image.resize",
+               "train_torch": "kctx PyTorch (eager)", "train_official": "official mmseg"}
+
+
 def batch1_report(folder):
     """The table of one ``tools/gpu_batch1_lease.sh`` folder: SegNeXt-T float32 at batch 1
     (and 16 where measured) in each form, the official model eager and as a CUDA graph,
@@ -477,10 +483,20 @@ def batch1_report(folder):
     train = load("train_steps.json")
     if train:
         lines.append("")
-        lines.append("SegNeXt-T's JAX training step: " + "; ".join(
-            f"{name}: {value['step_ms']:.1f} ms" if "step_ms" in value
-            else f"{name}: {value.get('error', 'no time')}"[:200]
-            for name, value in train.items()))
+        times = {name: value.get("step_ms", value.get("median_ms"))
+                 for name, value in train.items()}
+        official = times.get("train_official")
+
+        def step(name):
+            if times[name] is None:
+                return f"{TRAIN_STEPS.get(name, name)}: {train[name].get('error', 'no time')}"[
+                    :200]
+            over = (f" ({times[name] / official:.2f}x)"
+                    if official and name != "train_official" else "")
+            return f"{TRAIN_STEPS.get(name, name)}: {times[name]:.1f}{over}"
+
+        lines.append("SegNeXt-T's training step, ms (x: over the official model's): "
+                     + "; ".join(step(name) for name in train))
     generation = load("generation.json")
     if generation:
         lines.append("")
