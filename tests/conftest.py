@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-if os.environ.get("KCTX_TESTS_WITHOUT_TENSORFLOW") == "1":
+import without_tensorflow
+
+if os.environ.get(without_tensorflow.ENVIRONMENT_VARIABLE) == "1":
     # Started from a process of tests/without_tensorflow.py's (as pytest-xdist's workers
     # are): TensorFlow stays hidden here too.
-    from without_tensorflow import hide_tensorflow
-
-    hide_tensorflow()
+    without_tensorflow.hide_tensorflow()
 # The test command installs without byte-compiling (`pip install --no-compile`: 68 s instead
 # of 130 for the test extra, which compiles every module of TensorFlow, JAX, PyTorch...): the
 # session writes the bytecode of the modules its processes import, once, even where
