@@ -54,6 +54,7 @@ memory-error-is-memory-error        error   MemoryError itself, or a ValueError 
 fifo                                error   ValueError or OSError, within the time limit
 zip-lzma-data-pkl                   error
 zip-bzip2-storage                   error
+zip-directory-offset-past-members   error   (header offsets below 0: seek's EINVAL)
 storage-key-two-dtypes-v2           either  float32 [1.5, -2.0] and uint8 of the same
 untyped-storage-two-dtypes-v3       either  bytes' first two (torch's reinterpretation)
 test_fuzzed_fixture[<file>-<chunk>] either  (seeded mutants of two real fixtures; the
@@ -467,6 +468,20 @@ def untyped_v3_tensor(dtype):
                    op_call(op_global("collections", "OrderedDict")), op_global("torch", dtype))
 
 
+def zip_directory_offset_past_members(tmp):
+    """A zip whose end record puts the central directory 1 MiB further than it is: Python's
+    zipfile shifts every member's header offset by the difference, below 0 (found by
+    tools/fuzz_checkpoints.py: ``OSError: [Errno 22] Invalid argument`` from the seek)."""
+    path = write_zip_checkpoint(tmp / "case.pth", program(float_tensor()), ONE_TWO)
+    data = bytearray(open(path, "rb").read())
+    end = data.rindex(b"PK\x05\x06")  # end of central directory: its offset field at +16
+    offset = int.from_bytes(data[end + 16:end + 20], "little")
+    data[end + 16:end + 20] = (offset + (1 << 20)).to_bytes(4, "little")
+    with open(path, "wb") as file:
+        file.write(data)
+    return path
+
+
 TWO_DTYPE_BYTES = {"0": np.array([1.5, -2.0], "<f4").tobytes()}
 MINOR_CASES = [
     Case("memory-error-is-memory-error", ERROR, memory_error_file,
@@ -474,6 +489,7 @@ MINOR_CASES = [
     Case("fifo", ERROR, fifo, errors=("ValueError", "OSError")),
     Case("zip-lzma-data-pkl", ERROR, lzma_data_pkl),
     Case("zip-bzip2-storage", ERROR, bzip2_storage),
+    Case("zip-directory-offset-past-members", ERROR, zip_directory_offset_past_members),
     # One storage key, two typed storage classes (FloatStorage of 2, ByteStorage of 8).
     Case("storage-key-two-dtypes-v2", EITHER, zip_case(lambda: program(op_tuple(
         op_tensor(op_storage("FloatStorage", "0", 2), 0, (2,), (1,)),

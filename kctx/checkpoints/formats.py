@@ -68,8 +68,12 @@ class ZipCheckpoint:
         if info.file_size < wanted:
             raise CheckpointError(f"Record {describe(name)} holds {info.file_size} bytes but the "
                              f"checkpoint needs {wanted}: truncated or corrupt file.")
-        with self.archive.open(info) as member:
-            data = member.read(wanted)
+        try:
+            with self.archive.open(info) as member:
+                data = member.read(wanted)
+        except OSError as error:  # a header offset outside the file: seek's EINVAL
+            raise CheckpointError(f"Record {describe(name)} cannot be read ({error}): corrupt "
+                                  "zip checkpoint.") from error
         if len(data) != wanted:
             raise CheckpointError(f"Record {describe(name)} gives {len(data)} of its {wanted} "
                              "bytes: truncated or corrupt file.")
