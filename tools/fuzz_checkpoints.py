@@ -126,6 +126,8 @@ def dictionary_lines():
 
 def check(call):
     """Run ``call``; raise ContractBroken where the reader breaks its contract."""
+    # imported here, not at the top: the probe imports kctx.checkpoints, which main() must
+    # import first, inside atheris' instrumentation (an import of a loaded module is cheap)
     from hostile_checkpoint_probe import bad_chars, exception_chain, find_leaks
 
     try:
