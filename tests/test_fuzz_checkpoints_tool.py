@@ -53,6 +53,9 @@ def raise_(error):
 
 
 def test_the_check_flags_what_the_contract_forbids():
+    from test_hostile_checkpoints import MESSAGE_LIMIT  # one contract: the battery's limit
+
+    assert fuzz.MESSAGE_LIMIT == MESSAGE_LIMIT
     assert fuzz.check(lambda: {"w": np.zeros(2)}) == "returned a dict"
     assert fuzz.check(raise_(checkpoints.CheckpointError("bad file"))).startswith(
         "CheckpointError: bad file")
