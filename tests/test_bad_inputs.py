@@ -98,11 +98,13 @@ def _tensorflow_conv_keeps_empty_batches():
     return tuple(output.shape) == (0, 8, 8, 16)
 
 
-@pytest.mark.parametrize("name", IMAGE_LAYERS)
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.tf_kernels) if name in KANET_MODULES else name
+    for name in IMAGE_LAYERS])
 def test_zero_size_batch_gives_an_empty_output(name):
     if name in KANET_MODULES and not _tensorflow_conv_keeps_empty_batches():
         pytest.skip("TensorFlow's oneDNN Conv2D returns the input's shape for an empty batch on "
-                    "this CPU (TF_ENABLE_ONEDNN_OPTS=0 gives the right shape)")
+                    "this CPU (tests/test_onednn_off_and_on.py runs it with oneDNN off)")
     layer = image_layer(name)
     layer(images())
     for training in (False, True):

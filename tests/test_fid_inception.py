@@ -48,6 +48,7 @@ def test_pil_bicubic_is_pillows_float_resize(size, out):
     np.testing.assert_allclose(resize_bicubic_pil(x, out), expected, rtol=0, atol=2e-4)
 
 
+@pytest.mark.tf_kernels
 def test_fid_inception_equals_the_official_code_on_tensorflow():
     errors = check.check_inputs_and_features()
     assert len(errors) == 2 * 3 * 3

@@ -85,6 +85,7 @@ def test_training_step_macs_are_those_of_every_backend(name):
     assert result["train_macs"] == expected, result
 
 
+@pytest.mark.tf_kernels
 @pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "fresh-process"])
 def test_profile_reports_everything(isolate):
     # Tensors here are 1 MiB, well above 256 KiB, the smallest size the oneDNN CPU
@@ -249,9 +250,11 @@ def test_bench_nonlocal_cli_counts_linear_and_quadratic_costs(tmp_path, capsys):
     assert "goal" not in output  # no 128² row in this run
 
 
+@pytest.mark.tf_kernels
 def test_depthwise_bench_profiles_both_forms_of_each_configuration():
     """``kctx.bench depthwise``'s rows (here in this process, on TensorFlow): the
     convolution and the taps of each configuration, the same MACs, and the table's ratio."""
+    from kctx.bench import memory_measure
     from kctx.bench.depthwise import format_table, run_depthwise
 
     rows = run_depthwise(names=("kanet_3x3_stride2",), repeats=1, isolate=False,
@@ -261,8 +264,14 @@ def test_depthwise_bench_profiles_both_forms_of_each_configuration():
         ("kanet_3x3_stride2", "taps", "TapDepthwiseConv2D")]
     assert rows[0]["macs"] == rows[1]["macs"] == 64 * 16 * 16 * 96 * 9
     assert rows[0]["backend"] == "tensorflow" and "xla_train_temp_mb" not in rows[0]
+    # The memory is TensorFlow's CPU-allocator peak where the allocator keeps statistics
+    # (oneDNN on), else the resident set's growth; the table says which.
+    assert {row["memory_source"] for row in rows} <= {"allocator", "rss"}
     table = format_table(rows)
-    assert "kanet_3x3_stride2" in table and "TensorFlow CPU-allocator peak" in table
+    assert "kanet_3x3_stride2" in table
+    assert f"memory of the training step: {memory_measure(rows)}." in table
+    assert set(memory_measure(rows).split(" / ")) <= {
+        "TensorFlow CPU-allocator peak", "the resident set's growth (TensorFlow)"}
 
 
 def test_runtime_latency_runs_every_runtime_in_a_fresh_process():

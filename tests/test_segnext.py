@@ -71,6 +71,7 @@ def test_tiny_segnext_equals_the_official_whole_image_inference(checkpoint, tiny
         assert_close_to_scale(stage, tiny_outputs[f"stage{index}"])
 
 
+@pytest.mark.tf_kernels
 def test_segnext_t_equals_the_official_model():
     """The real-size SegNeXt-T (4.3 M parameters): the four stages and the head's logits."""
     outputs = np.load(FIXTURES / "mscan_t_outputs.npz")

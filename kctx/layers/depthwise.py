@@ -1,8 +1,10 @@
 """``keras.layers.DepthwiseConv2D`` computed as a fused sum of taps where XLA's grouped
-convolution is slow (JAX on CPUs, and on GPUs for strip kernels)."""
+convolution is slow (JAX on CPUs, and on GPUs for strip kernels), and wherever TensorFlow's
+own depthwise kernel refuses the strides."""
 
 import contextlib
 import contextvars
+import functools
 
 import keras
 
@@ -55,6 +57,11 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     backends (TensorFlow's oneDNN kernels and PyTorch's depthwise ones are fast) keep their
     own convolution unless ``taps=True``. The outputs agree with the convolution to float
     rounding (the taps are added in another order).
+
+    Unequal strides (s ≠ t) on TensorFlow take the taps too, or where the map size is not
+    static (and with ``taps=False``) the convolution compiled by XLA: TensorFlow's own
+    depthwise kernel, which runs where oneDNN is off (by default on CPUs without AVX-512)
+    and on GPUs, refuses them, where ``keras.layers.DepthwiseConv2D`` fails.
 
     Args:
         kernel_size: (kh, kw) or an int, as ``keras.layers.DepthwiseConv2D``'s.
@@ -115,6 +122,8 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
                 raise ValueError(f"`taps=True` needs a static map size. Received: inputs of "
                                  f"shape {tuple(inputs.shape)}")
             return self.taps
+        if keras.backend.backend() == "tensorflow":
+            return static and self._taps_compute_it() and self._tensorflow_refuses_strides()
         if keras.backend.backend() != "jax" or not (static and self._taps_compute_it()):
             return False
         import jax
@@ -124,12 +133,49 @@ class TapDepthwiseConv2D(keras.layers.DepthwiseConv2D):
                  and self.padding == "same")
         return kernels == "all" or (kernels == "strips" and strip)
 
+    def _tensorflow_refuses_strides(self):
+        """TensorFlow's own ``DepthwiseConv2dNative`` kernel (CPUs where oneDNN is off, which
+        it is by default on CPUs without AVX-512, and GPUs) takes equal strides only:
+        "Current implementation only supports equal length strides in the row and column
+        dimensions"."""
+        return keras.backend.backend() == "tensorflow" and len(set(self.strides)) > 1
+
     def call(self, inputs):
-        if not self._uses_taps(inputs):
+        if self._uses_taps(inputs):
+            y = depthwise_conv_taps(inputs, self.kernel, self.bias if self.use_bias else None,
+                                    self.strides, self.padding)
+        elif self._tensorflow_refuses_strides():
+            y = self._xla_convolution(inputs)
+        else:
             return super().call(inputs)
-        y = depthwise_conv_taps(inputs, self.kernel, self.bias if self.use_bias else None,
-                                self.strides, self.padding)
         return y if self.activation is None else self.activation(y)
+
+    def _xla_convolution(self, inputs):
+        """The convolution (and bias) compiled by XLA, whose convolution takes any strides
+        on every device, as Keras compiles the grouped convolutions TensorFlow's CPU kernels
+        refuse."""
+        kernel = keras.ops.cast(self.kernel, self.compute_dtype)
+        y = _xla_depthwise_conv()(inputs, kernel, tuple(self.strides), self.padding,
+                                  tuple(self.dilation_rate), self.data_format)
+        if not self.use_bias:
+            return y
+        bias = keras.ops.cast(self.bias, self.compute_dtype)
+        return y + (bias if self.data_format == "channels_last"
+                    else keras.ops.reshape(bias, (-1, 1, 1)))
 
     def get_config(self):
         return {**super().get_config(), "taps": self.taps}
+
+
+@functools.cache
+def _xla_depthwise_conv():
+    """``keras.ops.depthwise_conv`` as one XLA-compiled ``tf.function`` (TensorFlow only);
+    the strides, padding, dilation and data format are its static arguments."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True, reduce_retracing=True)
+    def convolve(inputs, kernel, strides, padding, dilation_rate, data_format):
+        return keras.ops.depthwise_conv(inputs, kernel, strides, padding, data_format,
+                                        dilation_rate)
+
+    return convolve
