@@ -59,7 +59,8 @@ def test_taps_and_their_gradients_are_the_depthwise_convolution(kernel_size, str
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d_x, expected_dx, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d_w, expected_dw, rtol=1e-5, atol=1e-4)
-    conv = keras_reference(lambda x: keras.ops.depthwise_conv(x, w[..., None], strides, padding), x)
+    conv = keras_reference(lambda x: keras.ops.depthwise_conv(x, w[..., None], strides,
+                                                              padding), x)
     np.testing.assert_allclose(conv, expected, rtol=1e-5, atol=1e-5)  # the reference is Keras'
 
 
@@ -74,9 +75,9 @@ def test_tap_layer_meets_the_layer_standards():
 
 
 def test_tap_layer_with_unequal_strides_meets_the_layer_standards():
-    """``run_layer_test`` on the default layer with strides (1, 2) on TensorFlow: the taps
-    for a static map size, the convolution compiled by XLA for a model built with ``None``
-    height and width; both through fit, save / load, mixed bfloat16 and two replicas."""
+    """``run_layer_test`` on the default layer with strides (1, 2), which TensorFlow's own
+    depthwise kernel refuses: fit, save / load, a model built with ``None`` height and
+    width, mixed bfloat16 and two replicas."""
     run_layer_test(TapDepthwiseConv2D, dict(kernel_size=(3, 3), strides=(1, 2),
                                             padding="same"), (2, 8, 9, 4),
                    expected_output_shape=(2, 8, 5, 4), expected_num_trainable_weights=2)
